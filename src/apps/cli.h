@@ -1,0 +1,37 @@
+// Subcommand registry for the `toy` executable. Each command lives in its own
+// cmd_*.cpp file and registers itself with a static Command object, so adding
+// a command never touches a shared file:
+//
+//   static toy::cli::Command reg("inspect", "Describe a GGUF file", [](CLI::App &app) {
+//       auto opts = std::make_shared<Options>();
+//       app.add_option("file", opts->path)->required();
+//       return [opts] { return run_inspect(*opts); };   // exit code
+//   });
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace toy::cli {
+
+using Handler = std::function<int()>;
+using Setup = std::function<Handler(CLI::App &)>;
+
+struct Command {
+    Command(std::string name, std::string description, Setup setup);
+};
+
+struct Registered {
+    std::string name;
+    std::string description;
+    Setup setup;
+};
+std::vector<Registered> &registry();
+
+// Parses "1,2,3" (commas and/or spaces) into token ids; throws toy::Error.
+std::vector<int32_t> parse_id_list(const std::string &text, const std::string &flag);
+
+}  // namespace toy::cli

@@ -1,0 +1,72 @@
+#include "apps/session_options.h"
+
+#include "core/error.h"
+
+namespace toy::cli {
+namespace {
+
+ggml_type parse_cache_type(const std::string &s, const char *flag) {
+    if (s == "f32") return GGML_TYPE_F32;
+    if (s == "f16") return GGML_TYPE_F16;
+    if (s == "q8_0") return GGML_TYPE_Q8_0;
+    fail("{}: expected f32, f16 or q8_0, found '{}'", flag, s);
+}
+
+}  // namespace
+
+void ModelFlags::add_to(CLI::App &app, bool with_trace) {
+    app.add_option("-m,--model", model_path, "GGUF model file")->required();
+    app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
+    app.add_option("--weight-type", weight_type, "requantize F32/F16 linear weights at load: q8_0");
+    app.add_option("-c,--ctx-size", n_ctx, "context size in tokens (0: the model's, at most 4096)");
+    app.add_option("-b,--batch-size", n_batch, "logical batch size");
+    app.add_option("--ubatch-size", n_ubatch, "physical batch size (tokens per graph); also -ub");
+    app.add_option("-t,--threads", n_threads, "threads (0: all)");
+    app.add_option("--cache-type-k", cache_type_k, "K cache type: f32, f16, q8_0; also -ctk");
+    app.add_option("--cache-type-v", cache_type_v, "V cache type: f32, f16, q8_0 (q8_0 needs flash attention); also -ctv");
+    app.add_option("--flash-attn", flash_attn, "flash attention: on, off, auto; also -fa");
+    if (with_trace) app.add_flag("--trace", trace, "print statistics of named activations for every graph (stderr)");
+}
+
+LoadOptions ModelFlags::load_options() const {
+    LoadOptions o;
+    o.use_mmap = !no_mmap;
+    if (weight_type.empty()) {
+        o.weight_type = GGML_TYPE_COUNT;
+    } else if (weight_type == "q8_0") {
+        o.weight_type = GGML_TYPE_Q8_0;
+    } else {
+        fail("--weight-type: expected q8_0, found '{}'", weight_type);
+    }
+    return o;
+}
+
+SessionOptions ModelFlags::session_options() const {
+    SessionOptions o;
+    o.n_ctx = n_ctx;
+    o.n_batch = n_batch;
+    o.n_ubatch = n_ubatch;
+    o.n_threads = n_threads;
+    o.type_k = parse_cache_type(cache_type_k, "-ctk");
+    o.type_v = parse_cache_type(cache_type_v, "-ctv");
+    if (flash_attn == "on") {
+        o.flash_attn = FlashAttn::On;
+    } else if (flash_attn == "off") {
+        o.flash_attn = FlashAttn::Off;
+    } else if (flash_attn == "auto") {
+        o.flash_attn = FlashAttn::Auto;
+    } else {
+        fail("-fa: expected on, off or auto, found '{}'", flash_attn);
+    }
+    if (n_ctx < 0) fail("-c: expected a size >= 0, found {}", n_ctx);
+    o.trace = trace ? stderr : nullptr;
+    return o;
+}
+
+std::unique_ptr<Model> ModelFlags::load() const { return Model::load(model_path, load_options()); }
+
+void print_notes(const Session &s) {
+    for (const auto &n : s.notes()) std::fprintf(stderr, "toy: %s\n", n.c_str());
+}
+
+}  // namespace toy::cli

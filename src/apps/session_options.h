@@ -1,0 +1,37 @@
+// CLI flags shared by every command that loads a model and evaluates it
+// (-m, -c, -b, -ub, -t, -ctk, -ctv, -fa, --no-mmap, --weight-type, --trace).
+#pragma once
+
+#include "model/model.h"
+#include "runtime/session.h"
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+namespace toy::cli {
+
+struct ModelFlags {
+    std::string model_path;
+    bool no_mmap = false;
+    std::string weight_type;   // "" or q8_0
+    int64_t n_ctx = 0;
+    int64_t n_batch = 2048;
+    int64_t n_ubatch = 512;
+    int n_threads = 0;
+    std::string cache_type_k = "f16";
+    std::string cache_type_v = "f16";
+    std::string flash_attn = "auto";
+    bool trace = false;
+
+    void add_to(CLI::App &app, bool with_trace = true);
+    LoadOptions load_options() const;
+    SessionOptions session_options() const;
+    std::unique_ptr<Model> load() const;
+};
+
+// Prints the session's notes (e.g. flash attention switched on) to stderr.
+void print_notes(const Session &s);
+
+}  // namespace toy::cli

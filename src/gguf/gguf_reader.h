@@ -1,0 +1,147 @@
+// GGUF reading: the file is memory-mapped once; metadata is parsed into
+// owned values, tensor data stays in the mapping (zero-copy).
+//
+// Validation goes beyond ggml's parser: every count is bounded by what the
+// file can hold before anything is allocated, every tensor must lie inside
+// the data section with the byte size its type and shape imply, offsets must
+// respect the alignment, names are unique. Each failure throws toy::Error
+// naming the file, the key or tensor, what was expected and what was found.
+#pragma once
+
+#include "core/error.h"
+
+#include <ggml.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace toy::gguf {
+
+// The on-disk value type ids of GGUF.
+enum class ValueType : uint32_t {
+    UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
+    BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+const char *type_name(ValueType t);
+size_t scalar_size(ValueType t);  // 0 for STRING and ARRAY
+
+// One metadata value. Scalars live in the fields below; arrays keep their
+// element type, their strings (string arrays) or their raw little-endian
+// bytes (numeric arrays). Nested arrays are rejected by the reader.
+struct Value {
+    ValueType type = ValueType::UINT8;
+    ValueType elem_type = ValueType::UINT8;  // arrays only
+    uint64_t u = 0;        // unsigned integers and BOOL (0/1)
+    int64_t i = 0;         // signed integers
+    double f = 0;          // FLOAT32 / FLOAT64
+    std::string s;         // STRING
+    std::vector<std::string> strings;  // ARRAY of STRING
+    std::vector<uint8_t> raw;          // ARRAY of numbers: raw element bytes
+    uint64_t n = 0;                    // ARRAY element count
+
+    static Value u32(uint32_t v);
+    static Value i32(int32_t v);
+    static Value u64(uint64_t v);
+    static Value f32(float v);
+    static Value boolean(bool v);
+    static Value str(std::string v);
+    static Value str_array(std::vector<std::string> v);
+    static Value f32_array(const std::vector<float> &v);
+    static Value i32_array(const std::vector<int32_t> &v);
+    static Value u32_array(const std::vector<uint32_t> &v);
+
+    bool is_integer() const;
+    bool is_float() const;
+    // Numeric array element k converted to double (elements must be numeric).
+    double number_at(uint64_t k) const;
+    std::string to_string(size_t max_elems = 8) const;  // for `toy inspect`
+    bool operator==(const Value &o) const;
+};
+
+struct KeyValue {
+    std::string key;
+    Value value;
+};
+
+struct TensorInfo {
+    std::string name;
+    ggml_type type = GGML_TYPE_F32;
+    int n_dims = 0;
+    std::array<int64_t, 4> ne{1, 1, 1, 1};  // ggml order: ne[0] is the contiguous dimension
+    uint64_t offset = 0;                    // relative to the data section
+    uint64_t nbytes = 0;
+    int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+    std::string shape_string() const;       // "[576, 49152]"
+};
+
+class File {
+public:
+    // Maps and validates the file. Throws toy::Error.
+    static std::unique_ptr<File> open(const std::string &path);
+    ~File();
+    File(const File &) = delete;
+    File &operator=(const File &) = delete;
+
+    const std::string &path() const { return path_; }
+    uint32_t version() const { return version_; }
+    uint64_t alignment() const { return alignment_; }
+    uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
+    uint64_t file_size() const { return size_; }
+    const uint8_t *mapping() const { return base_; }
+
+    // ---- metadata ----
+    const std::vector<KeyValue> &metadata() const { return kv_; }
+    const Value *find(std::string_view key) const;
+    bool has(std::string_view key) const { return find(key) != nullptr; }
+    // Typed getters. Integer getters accept any integer type whose value fits;
+    // float getters accept FLOAT32/FLOAT64 and integers. A missing key or a
+    // value of another type throws an Error naming the key, expected, found.
+    std::string get_string(std::string_view key) const;
+    int64_t get_int(std::string_view key) const;
+    uint32_t get_u32(std::string_view key) const;
+    double get_float(std::string_view key) const;
+    bool get_bool(std::string_view key) const;
+    std::optional<std::string> opt_string(std::string_view key) const;
+    std::optional<int64_t> opt_int(std::string_view key) const;
+    std::optional<double> opt_float(std::string_view key) const;
+    std::optional<bool> opt_bool(std::string_view key) const;
+    const std::vector<std::string> &get_string_array(std::string_view key) const;
+    std::vector<float> get_float_array(std::string_view key) const;
+    std::vector<int64_t> get_int_array(std::string_view key) const;
+
+    // ---- tensors ----
+    const std::vector<TensorInfo> &tensors() const { return tensors_; }
+    const TensorInfo *find_tensor(std::string_view name) const;
+    bool has_tensor(std::string_view name) const { return find_tensor(name) != nullptr; }
+    const TensorInfo &tensor(std::string_view name) const;  // throws if absent
+    const void *tensor_data(const TensorInfo &t) const { return base_ + data_offset_ + t.offset; }
+
+private:
+    File() = default;
+    void parse();
+    const Value &require(std::string_view key) const;
+
+    std::string path_;
+    int fd_ = -1;
+    const uint8_t *base_ = nullptr;
+    uint64_t size_ = 0;
+    uint32_t version_ = 0;
+    uint64_t alignment_ = 32;
+    uint64_t data_offset_ = 0;
+    std::vector<KeyValue> kv_;
+    std::unordered_map<std::string, size_t> kv_index_;
+    std::vector<TensorInfo> tensors_;
+    std::unordered_map<std::string, size_t> tensor_index_;
+};
+
+// Bytes of a tensor of this type and shape, or an Error when the type id is
+// unknown or ne[0] is not a multiple of its block size.
+uint64_t tensor_nbytes(ggml_type type, const std::array<int64_t, 4> &ne, const std::string &what);
+
+}  // namespace toy::gguf

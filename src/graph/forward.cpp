@@ -1,0 +1,193 @@
+#include "graph/forward.h"
+
+#include "graph/blocks.h"
+
+#include <cmath>
+
+namespace toy::graph {
+namespace {
+
+// Everything one layer's attention needs besides its weights.
+struct AttnContext {
+    const Config &c;
+    const ForwardParams &p;
+    ForwardGraph &g;
+    ggml_cgraph *gf;
+    ggml_tensor *rope_factors;
+};
+
+ggml_tensor *rope(ggml_context *ctx, ggml_tensor *x, const AttnContext &a) {
+    const RopeConfig &r = a.c.rope;
+    return ggml_rope_ext(ctx, x, a.g.pos, a.rope_factors, r.n_rot, r.mode, r.n_ctx_orig, r.freq_base, r.freq_scale,
+                         r.ext_factor, r.attn_factor, r.beta_fast, r.beta_slow);
+}
+
+// Self-attention of one layer: projections, q/k norm, rope, cache write,
+// attention, output projection. x: [n_embd, T] (normed). Returns [n_embd, T].
+ggml_tensor *self_attention(ggml_context *ctx, ggml_tensor *x, const LayerWeights &l, int il, const AttnContext &a) {
+    const Config &c = a.c;
+    const int64_t T = x->ne[1];
+    ggml_tensor *q, *k, *v;
+    if (c.fused_qkv) {
+        ggml_tensor *qkv = linear(ctx, l.wqkv, x, l.bqkv);  // [n_q + n_k + n_v, T]
+        const size_t es = ggml_element_size(qkv);
+        q = ggml_cont(ctx, ggml_view_2d(ctx, qkv, c.n_embd_q(), T, qkv->nb[1], 0));
+        k = ggml_cont(ctx, ggml_view_2d(ctx, qkv, c.n_embd_k_gqa(), T, qkv->nb[1], es * c.n_embd_q()));
+        v = ggml_cont(ctx, ggml_view_2d(ctx, qkv, c.n_embd_v_gqa(), T, qkv->nb[1], es * (c.n_embd_q() + c.n_embd_k_gqa())));
+    } else {
+        q = linear(ctx, l.wq, x, l.bq);
+        k = linear(ctx, l.wk, x, l.bk);
+        v = linear(ctx, l.wv, x, l.bv);
+    }
+    if (c.qk_norm == QkNormKind::Full) {
+        q = norm(ctx, q, l.q_norm, nullptr, NormKind::Rms, c.norm_eps);
+        k = norm(ctx, k, l.k_norm, nullptr, NormKind::Rms, c.norm_eps);
+    }
+    q = ggml_reshape_3d(ctx, q, c.head_dim_k, c.n_head, T);
+    k = ggml_reshape_3d(ctx, k, c.head_dim_k, c.n_head_kv, T);
+    v = ggml_reshape_3d(ctx, v, c.head_dim_v, c.n_head_kv, T);
+    if (c.qk_norm == QkNormKind::PerHead) {
+        q = named(norm(ctx, q, l.q_norm, nullptr, NormKind::Rms, c.norm_eps), "Qcur_normed", il);
+        k = named(norm(ctx, k, l.k_norm, nullptr, NormKind::Rms, c.norm_eps), "Kcur_normed", il);
+    }
+    if (c.pos == PosKind::Rope) {
+        q = rope(ctx, q, a);
+        k = rope(ctx, k, a);
+    }
+    if (c.query_scale != 0.0f) q = ggml_scale(ctx, q, c.query_scale);
+    named(q, "Qcur", il);
+    named(k, "Kcur", il);
+    named(v, "Vcur", il);
+
+    const ForwardParams &p = a.p;
+    ggml_tensor *mask = c.layer_uses_swa(il) ? a.g.mask_swa : a.g.mask;
+    ggml_tensor *k_all = k, *v_all = v;
+    bool v_trans = false;
+    if (p.kv) {
+        // write this batch into the cache, then attend over n_kv cells of it
+        const KvBinding &kv = *p.kv;
+        ggml_tensor *kc = kv.k[il], *vc = kv.v[il];
+        ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, kc, ggml_view_2d(ctx, k, c.n_embd_k_gqa(), T, k->nb[2], 0), a.g.k_idxs));
+        if (kv.v_trans) {
+            ggml_tensor *v2 = ggml_reshape_2d(ctx, ggml_cont(ctx, v), 1, c.n_embd_v_gqa() * T);
+            ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, vc, 1, ggml_nelements(vc)), v2, a.g.v_idxs));
+        } else {
+            ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, vc, ggml_view_2d(ctx, v, c.n_embd_v_gqa(), T, v->nb[2], 0), a.g.k_idxs));
+        }
+        k_all = ggml_view_3d(ctx, kc, c.head_dim_k, c.n_head_kv, p.n_kv, ggml_row_size(kc->type, c.head_dim_k),
+                             ggml_row_size(kc->type, c.n_embd_k_gqa()), 0);
+        if (kv.v_trans) {
+            // [n_kv, n_head_kv, head_dim_v] over rows of kv_size cells
+            v_all = ggml_view_3d(ctx, vc, p.n_kv, c.n_head_kv, c.head_dim_v,
+                                 ggml_row_size(vc->type, kv.kv_size * c.head_dim_v), ggml_row_size(vc->type, kv.kv_size), 0);
+            v_trans = true;
+        } else {
+            v_all = ggml_view_3d(ctx, vc, c.head_dim_v, c.n_head_kv, p.n_kv, ggml_row_size(vc->type, c.head_dim_v),
+                                 ggml_row_size(vc->type, c.n_embd_v_gqa()), 0);
+        }
+    }
+    AttentionOptions ao;
+    ao.kq_scale = c.attn_scale != 0.0f ? c.attn_scale : 1.0f / std::sqrt((float)c.head_dim_k);
+    ao.softcap = c.attn_softcap;
+    ao.flash_attn = p.flash_attn;
+    ggml_tensor *out = named(attention(ctx, q, k_all, v_all, v_trans, mask, ao), "kqv_out", il);
+    return linear(ctx, l.wo, out, l.bo);
+}
+
+}  // namespace
+
+ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Model &model, const ForwardParams &p) {
+    const Config &c = model.config();
+    const Weights &w = model.weights();
+    const int64_t T = p.n_tokens;
+    const int64_t n_kv = p.kv ? p.n_kv : T;
+    ForwardGraph g;
+
+    g.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    ggml_set_input(named(g.tokens, "inp_tokens"));
+    g.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    ggml_set_input(named(g.pos, "inp_pos"));
+    const ggml_type mask_type = p.flash_attn ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    g.mask = ggml_new_tensor_2d(ctx, mask_type, n_kv, T);
+    ggml_set_input(named(g.mask, "kq_mask"));
+    if (c.n_swa > 0) {
+        g.mask_swa = ggml_new_tensor_2d(ctx, mask_type, n_kv, T);
+        ggml_set_input(named(g.mask_swa, "kq_mask_swa"));
+    }
+    if (p.kv) {
+        g.k_idxs = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
+        ggml_set_input(named(g.k_idxs, "inp_k_idxs"));
+        if (p.kv->v_trans) {
+            g.v_idxs = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T * c.n_embd_v_gqa());
+            ggml_set_input(named(g.v_idxs, "inp_v_idxs"));
+        }
+    }
+    const int64_t n_out = p.n_outputs > 0 ? p.n_outputs : T;
+    if (n_out < T) {
+        g.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_out);
+        ggml_set_input(named(g.out_ids, "inp_out_ids"));
+    }
+
+    AttnContext a{c, p, g, gf, w.rope_freqs};
+    ggml_tensor *rope_freqs_computed = nullptr;
+    if (!a.rope_factors && !c.rope.freq_factors.empty()) {
+        // Llama-3 factors derived from metadata: a small constant input
+        rope_freqs_computed = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, (int64_t)c.rope.freq_factors.size());
+        ggml_set_input(named(rope_freqs_computed, "inp_rope_freqs"));
+        a.rope_factors = rope_freqs_computed;
+        g.rope_freqs = rope_freqs_computed;
+    }
+
+    ggml_tensor *x = ggml_get_rows(ctx, w.tok_embd, g.tokens);  // [n_embd, T]
+    if (c.pos == PosKind::Learned) x = ggml_add(ctx, x, ggml_get_rows(ctx, w.pos_embd, g.pos));
+    if (c.embd_scale != 1.0f) x = ggml_scale(ctx, x, c.embd_scale);
+    named(x, "inp_embd");
+
+    for (int il = 0; il < c.n_layer; ++il) {
+        const LayerWeights &l = w.layers[il];
+        ggml_tensor *residual = x;
+        ggml_tensor *cur = named(norm(ctx, x, l.attn_norm, l.attn_norm_b, c.norm, c.norm_eps), "attn_norm", il);
+        cur = self_attention(ctx, cur, l, il, a);
+        named(cur, "attn_out", il);
+        if (il == c.n_layer - 1 && g.out_ids) {
+            // only the rows whose logits are read go on from here
+            cur = ggml_get_rows(ctx, cur, g.out_ids);
+            residual = ggml_get_rows(ctx, residual, g.out_ids);
+        }
+        if (c.post_norms) cur = named(norm(ctx, cur, l.post_attn_norm, nullptr, NormKind::Rms, c.norm_eps), "attn_post_norm", il);
+        if (c.residual_scale != 1.0f) cur = ggml_scale(ctx, cur, c.residual_scale);
+        ggml_tensor *ffn_inp = named(ggml_add(ctx, cur, residual), "ffn_inp", il);
+
+        cur = named(norm(ctx, ffn_inp, l.ffn_norm, l.ffn_norm_b, c.norm, c.norm_eps), "ffn_norm", il);
+        if (c.is_moe()) {
+            ggml_tensor *choices = nullptr;
+            cur = mixture_of_experts(ctx, cur, l, c, il, &choices);
+            g.router_choices.push_back(choices);
+        } else {
+            cur = feed_forward(ctx, cur, l, c.ffn);
+        }
+        if (c.post_norms) cur = norm(ctx, cur, l.post_ffn_norm, nullptr, NormKind::Rms, c.norm_eps);
+        named(cur, "ffn_out", il);
+        if (c.residual_scale != 1.0f) cur = ggml_scale(ctx, cur, c.residual_scale);
+        x = named(ggml_add(ctx, cur, ffn_inp), "l_out", il);
+    }
+
+    x = named(norm(ctx, x, w.output_norm, w.output_norm_b, c.norm, c.norm_eps), "result_norm");
+    g.hidden = x;
+    if (!p.logits) {
+        ggml_build_forward_expand(gf, x);
+        return g;
+    }
+    ggml_tensor *logits = linear(ctx, w.output, x);
+    if (c.logit_scale != 1.0f) logits = ggml_scale(ctx, logits, 1.0f / c.logit_scale);
+    if (c.final_softcap > 0.0f) {
+        logits = ggml_scale(ctx, logits, 1.0f / c.final_softcap);
+        logits = ggml_tanh(ctx, logits);
+        logits = ggml_scale(ctx, logits, c.final_softcap);
+    }
+    g.logits = named(logits, "result_output");
+    ggml_build_forward_expand(gf, g.logits);
+    return g;
+}
+
+}  // namespace toy::graph

@@ -1,0 +1,57 @@
+// The forward pass of every supported architecture as one ggml graph.
+//
+// One builder serves inference and training: with a KV cache the batch's K
+// and V are written into the cache (ggml_set_rows at index tensors, so the
+// position is data and the graph can be reused) and attention reads the
+// cache; without one (sequence mode) attention runs over the batch itself
+// under a causal mask, which is the graph a trainer differentiates.
+#pragma once
+
+#include "model/model.h"
+
+#include <ggml.h>
+
+#include <vector>
+
+namespace toy::graph {
+
+// The KV cache as the graph sees it: per layer one K and one V tensor.
+struct KvBinding {
+    std::vector<ggml_tensor *> k;  // [n_embd_k_gqa, kv_size]
+    std::vector<ggml_tensor *> v;  // [n_embd_v_gqa, kv_size], or [kv_size, n_embd_v_gqa] when v_trans
+    bool v_trans = false;          // V stored transposed (plain attention reads it without a copy)
+    int64_t kv_size = 0;
+};
+
+struct ForwardParams {
+    int64_t n_tokens = 0;
+    int64_t n_kv = 0;           // cache cells attended (with a cache); ignored without
+    int64_t n_outputs = 0;      // rows that go through the output head (the last n_outputs of out_ids)
+    bool flash_attn = false;
+    const KvBinding *kv = nullptr;  // null: sequence mode (attention within the batch)
+    bool logits = true;         // false: stop at result_norm (hidden states)
+};
+
+// Inputs the caller fills before each compute, and the outputs.
+struct ForwardGraph {
+    ggml_tensor *tokens = nullptr;    // I32 [n_tokens]
+    ggml_tensor *pos = nullptr;       // I32 [n_tokens]
+    ggml_tensor *mask = nullptr;      // F32 (F16 with flash attention) [n_kv, n_tokens]: 0 or -inf
+    ggml_tensor *mask_swa = nullptr;  // same, for sliding-window layers (null when none)
+    ggml_tensor *k_idxs = nullptr;    // I64 [n_tokens]: cache cell of each token
+    ggml_tensor *v_idxs = nullptr;    // I64 [n_tokens] or, transposed V, [n_tokens * n_embd_v_gqa]
+    ggml_tensor *out_ids = nullptr;   // I32 [n_outputs] (null when every row is output)
+    ggml_tensor *hidden = nullptr;    // [n_embd, n_outputs] after the final norm
+    ggml_tensor *logits = nullptr;    // [n_vocab, n_outputs]
+    ggml_tensor *rope_freqs = nullptr;   // F32 [n_rot/2]: Llama-3 factors from metadata (null when unused)
+    std::vector<ggml_tensor *> router_choices;  // per MoE layer: I32 [n_expert_used, n_tokens]
+};
+
+// Adds the forward pass to `gf`. Tensors are named as llama.cpp names them
+// (inp_embd, attn_norm-L, Qcur-L, ..., result_output) so traces can be diffed.
+ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Model &model, const ForwardParams &p);
+
+// Index of cell `cell`, row `j` of a transposed V cache, for v_idxs.
+inline int64_t v_trans_index(int64_t kv_size, int64_t j, int64_t cell) { return j * kv_size + cell; }
+
+}  // namespace toy::graph

@@ -1,0 +1,233 @@
+#include "model/model.h"
+
+#include <ggml-cpu.h>
+
+#include <cstring>
+
+namespace toy {
+namespace {
+
+std::string shape_str(const std::vector<int64_t> &ne) {
+    std::string s = "[";
+    for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+bool is_matrix_role(TensorRole r) {
+    return r == TensorRole::Linear || r == TensorRole::Embedding || r == TensorRole::Experts ||
+           r == TensorRole::Router || r == TensorRole::Positions;
+}
+
+// Types a tensor of this role may have in a file: matrices any type ggml's
+// CPU backend can multiply; vectors (norms, biases, rope factors) F32 or F16.
+void check_type(const gguf::File &f, const TensorSpec &spec, ggml_type type) {
+    if (is_matrix_role(spec.role)) {
+        const auto *cpu = ggml_get_type_traits_cpu(type);
+        if (type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || (cpu && cpu->vec_dot)) return;
+    } else if (type == GGML_TYPE_F32 || type == GGML_TYPE_F16) {
+        return;
+    }
+    fail("{}: tensor '{}' has type {}, which toy cannot use for a {} tensor", f.path(), spec.name, ggml_type_name(type),
+         is_matrix_role(spec.role) ? "matrix" : "vector");
+}
+
+// Per-head checkpoints store blk.N.attn_{q,k,v}.head_H.weight, each
+// [n_embd, head_dim]. Returns the per-head infos in head order, or empty when
+// the file has none for this projection.
+std::vector<const gguf::TensorInfo *> find_heads(const gguf::File &f, const std::string &fused_name, int64_t n_heads,
+                                                  int64_t n_embd, int64_t head_dim) {
+    // "blk.3.attn_q.weight" -> "blk.3.attn_q.head_"
+    const std::string stem = fused_name.substr(0, fused_name.size() - std::string(".weight").size()) + ".head_";
+    if (!f.has_tensor(stem + "0.weight")) return {};
+    std::vector<const gguf::TensorInfo *> heads;
+    for (int64_t h = 0; h < n_heads; ++h) {
+        const std::string name = stem + std::to_string(h) + ".weight";
+        const auto *t = f.find_tensor(name);
+        if (!t) fail("{}: per-head checkpoint is missing tensor '{}' ({} heads expected)", f.path(), name, n_heads);
+        if (t->ne[0] != n_embd || t->ne[1] != head_dim || t->n_dims > 2) {
+            fail("{}: tensor '{}': expected shape [{}, {}], found {}", f.path(), name, n_embd, head_dim, t->shape_string());
+        }
+        if (!heads.empty() && t->type != heads[0]->type) {
+            fail("{}: tensor '{}' has type {} but head 0 has {}", f.path(), name, ggml_type_name(t->type),
+                 ggml_type_name(heads[0]->type));
+        }
+        heads.push_back(t);
+    }
+    if (f.has_tensor(stem + std::to_string(n_heads) + ".weight")) {
+        fail("{}: per-head checkpoint has more than {} heads for '{}'", f.path(), n_heads, fused_name);
+    }
+    return heads;
+}
+
+// Source bytes of one tensor before any type conversion.
+struct Source {
+    ggml_type type = GGML_TYPE_F32;
+    std::vector<const void *> parts;  // contiguous pieces, concatenated in order
+    std::vector<size_t> part_bytes;
+};
+
+std::vector<float> to_f32(const void *src, ggml_type type, int64_t n) {
+    std::vector<float> out(n);
+    if (type == GGML_TYPE_F32) {
+        std::memcpy(out.data(), src, n * sizeof(float));
+    } else {
+        const auto *traits = ggml_get_type_traits(type);
+        if (!traits->to_float) fail("cannot convert {} to float", ggml_type_name(type));
+        traits->to_float(src, out.data(), n);
+    }
+    return out;
+}
+
+}  // namespace
+
+Model::~Model() {
+    if (copy_buf_) ggml_backend_buffer_free(copy_buf_);
+    if (mmap_buf_) ggml_backend_buffer_free(mmap_buf_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &opts) {
+    std::unique_ptr<Model> m(new Model());
+    m->file_ = gguf::File::open(path);
+    const gguf::File &f = *m->file_;
+    m->cfg_ = Config::from_gguf(f);
+    const Config &c = m->cfg_;
+    if (opts.weight_type != GGML_TYPE_COUNT && opts.weight_type != GGML_TYPE_Q8_0) {
+        fail("weight type {}: toy can requantize weights to q8_0 only", ggml_type_name(opts.weight_type));
+    }
+
+    std::vector<TensorSpec> specs = tensor_specs(c, &m->w_);
+    ggml_init_params ip{(specs.size() + 8) * ggml_tensor_overhead(), nullptr, true};
+    m->ctx_ = ggml_init(ip);
+    if (!m->ctx_) fail("out of memory creating the weight context");
+
+    // Pass 1: find each tensor, check it, create its ggml tensor and decide
+    // whether it can stay in the mapping.
+    struct Plan {
+        ggml_tensor *t;
+        Source src;
+        bool zero_copy;
+    };
+    std::vector<Plan> plans;
+    for (const TensorSpec &spec : specs) {
+        Source src;
+        std::vector<int64_t> found_ne;
+        if (const auto *info = f.find_tensor(spec.name)) {
+            found_ne.assign(info->ne.begin(), info->ne.begin() + std::max(info->n_dims, 1));
+            while (found_ne.size() < spec.ne.size()) found_ne.push_back(1);
+            while (found_ne.size() > spec.ne.size() && found_ne.back() == 1) found_ne.pop_back();
+            if (found_ne != spec.ne) {
+                fail("{}: tensor '{}': expected shape {}, found {}", f.path(), spec.name, shape_str(spec.ne),
+                     info->shape_string());
+            }
+            src.type = info->type;
+            src.parts.push_back(f.tensor_data(*info));
+            src.part_bytes.push_back(info->nbytes);
+        } else {
+            std::vector<const gguf::TensorInfo *> heads;
+            const bool is_q = spec.slot == &m->w_.layers[std::max(spec.layer, 0)].wq;
+            const bool is_k = spec.slot == &m->w_.layers[std::max(spec.layer, 0)].wk;
+            const bool is_v = spec.slot == &m->w_.layers[std::max(spec.layer, 0)].wv;
+            if (spec.layer >= 0 && (is_q || is_k || is_v)) {
+                const int64_t nh = is_q ? c.n_head : c.n_head_kv;
+                const int64_t hd = is_v ? c.head_dim_v : c.head_dim_k;
+                heads = find_heads(f, spec.name, nh, c.n_embd, hd);
+            }
+            if (heads.empty()) {
+                if (!spec.required) continue;
+                fail("{}: missing tensor '{}' (expected {} for architecture {})", f.path(), spec.name,
+                     shape_str(spec.ne), c.arch);
+            }
+            m->per_head_ = true;
+            src.type = heads[0]->type;
+            for (const auto *h : heads) {
+                src.parts.push_back(f.tensor_data(*h));
+                src.part_bytes.push_back(h->nbytes);
+            }
+        }
+        check_type(f, spec, src.type);
+
+        ggml_type type = src.type;
+        const bool requant = opts.weight_type == GGML_TYPE_Q8_0 &&
+                             (spec.role == TensorRole::Linear || spec.role == TensorRole::Experts) &&
+                             (src.type == GGML_TYPE_F32 || src.type == GGML_TYPE_F16) &&
+                             spec.ne[0] % ggml_blck_size(GGML_TYPE_Q8_0) == 0;
+        if (requant) type = GGML_TYPE_Q8_0;
+        ggml_tensor *t = ggml_new_tensor(m->ctx_, type, (int)spec.ne.size(), spec.ne.data());
+        ggml_set_name(t, spec.name.c_str());
+        *spec.slot = t;
+        const bool zero_copy = opts.use_mmap && !requant && src.parts.size() == 1;
+        plans.push_back({t, std::move(src), zero_copy});
+    }
+    Weights &w = m->w_;
+    if (!w.output) {
+        w.output = w.tok_embd;
+        w.tied_output = true;
+    }
+
+    // Pass 2: bind. Mapped tensors first, then one buffer for the rest.
+    bool any_mapped = false;
+    for (const Plan &p : plans) any_mapped |= p.zero_copy;
+    if (any_mapped) {
+        m->mmap_buf_ = ggml_backend_cpu_buffer_from_ptr(const_cast<uint8_t *>(f.mapping()), f.file_size());
+        if (!m->mmap_buf_) fail("{}: could not wrap the file mapping in a ggml buffer", f.path());
+        ggml_backend_buffer_set_usage(m->mmap_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        for (const Plan &p : plans) {
+            if (!p.zero_copy) continue;
+            if (ggml_backend_tensor_alloc(m->mmap_buf_, p.t, const_cast<void *>(p.src.parts[0])) != GGML_STATUS_SUCCESS) {
+                fail("{}: could not bind tensor '{}' in place", f.path(), ggml_get_name(p.t));
+            }
+        }
+    }
+    m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
+    if (m->copy_buf_) ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (const Plan &p : plans) {
+        if (p.zero_copy) continue;
+        std::vector<uint8_t> joined;
+        const void *bytes = p.src.parts[0];
+        if (p.src.parts.size() > 1) {
+            for (size_t i = 0; i < p.src.parts.size(); ++i) {
+                const auto *b = static_cast<const uint8_t *>(p.src.parts[i]);
+                joined.insert(joined.end(), b, b + p.src.part_bytes[i]);
+            }
+            bytes = joined.data();
+        }
+        if (p.t->type == p.src.type) {
+            ggml_backend_tensor_set(p.t, bytes, 0, ggml_nbytes(p.t));
+            continue;
+        }
+        // requantize to Q8_0 row by row from float32
+        const int64_t n_per_row = p.t->ne[0];
+        const int64_t nrows = ggml_nelements(p.t) / n_per_row;
+        std::vector<float> f32 = to_f32(bytes, p.src.type, ggml_nelements(p.t));
+        std::vector<uint8_t> q(ggml_nbytes(p.t));
+        ggml_quantize_chunk(p.t->type, f32.data(), q.data(), 0, nrows, n_per_row, nullptr);
+        ggml_backend_tensor_set(p.t, q.data(), 0, q.size());
+    }
+    return m;
+}
+
+ggml_tensor *Model::find_weight(const std::string &name) const {
+    if (ggml_tensor *t = ggml_get_tensor(ctx_, name.c_str())) return t;
+    if (name == "output.weight" && w_.tied_output) return w_.tok_embd;
+    return nullptr;
+}
+
+std::vector<float> Model::read_weight(const std::string &name, std::array<int64_t, 4> *ne) const {
+    ggml_tensor *t = find_weight(name);
+    if (!t) fail("{}: no weight named '{}'", path(), name);
+    std::vector<uint8_t> raw(ggml_nbytes(t));
+    ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
+    if (ne) *ne = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+    return to_f32(raw.data(), t->type, ggml_nelements(t));
+}
+
+size_t Model::weight_bytes() const {
+    size_t n = 0;
+    for (ggml_tensor *t = ggml_get_first_tensor(ctx_); t; t = ggml_get_next_tensor(ctx_, t)) n += ggml_nbytes(t);
+    return n;
+}
+
+size_t Model::copied_bytes() const { return copy_buf_ ? ggml_backend_buffer_get_size(copy_buf_) : 0; }
+
+}  // namespace toy

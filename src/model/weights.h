@@ -1,0 +1,56 @@
+// Weights: the model's tensors bound to ggml, and the table of which tensors
+// an architecture has (names, shapes, roles). The same table drives loading,
+// `toy init` (random models) and, later, training and export.
+#pragma once
+
+#include "model/config.h"
+
+#include <ggml.h>
+
+#include <string>
+#include <vector>
+
+namespace toy {
+
+struct LayerWeights {
+    ggml_tensor *attn_norm = nullptr, *attn_norm_b = nullptr;
+    ggml_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr, *wqkv = nullptr, *wo = nullptr;
+    ggml_tensor *bq = nullptr, *bk = nullptr, *bv = nullptr, *bqkv = nullptr, *bo = nullptr;
+    ggml_tensor *q_norm = nullptr, *k_norm = nullptr;
+    ggml_tensor *post_attn_norm = nullptr;
+    ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;
+    ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
+    ggml_tensor *ffn_up_b = nullptr, *ffn_down_b = nullptr;
+    ggml_tensor *post_ffn_norm = nullptr;
+    ggml_tensor *ffn_gate_inp = nullptr;                                      // router [n_embd, n_expert]
+    ggml_tensor *ffn_gate_exps = nullptr, *ffn_up_exps = nullptr, *ffn_down_exps = nullptr;
+};
+
+struct Weights {
+    ggml_tensor *tok_embd = nullptr;   // [n_embd, n_vocab]
+    ggml_tensor *pos_embd = nullptr;   // [n_embd, n_ctx_train] (learned positions)
+    ggml_tensor *output_norm = nullptr, *output_norm_b = nullptr;
+    ggml_tensor *output = nullptr;     // [n_embd, n_vocab]; == tok_embd when tied
+    ggml_tensor *rope_freqs = nullptr; // [n_rot/2] Llama-3 frequency factors
+    std::vector<LayerWeights> layers;
+    bool tied_output = false;
+};
+
+// What a tensor is, for initialization and requantization decisions.
+enum class TensorRole { Embedding, Linear, Norm, NormBias, Bias, Router, Experts, RopeFactors, Positions };
+
+struct TensorSpec {
+    std::string name;
+    std::vector<int64_t> ne;       // ggml order
+    TensorRole role;
+    bool required = true;
+    ggml_tensor **slot = nullptr;  // where the bound tensor goes (null when only listing)
+    int layer = -1;
+};
+
+// Every tensor the architecture described by `cfg` may have. With `w`, each
+// spec's slot points into it. `output.weight` is optional (tied to the
+// embedding when absent); `rope_freqs.weight` is optional.
+std::vector<TensorSpec> tensor_specs(const Config &cfg, Weights *w = nullptr);
+
+}  // namespace toy

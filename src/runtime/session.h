@@ -1,0 +1,101 @@
+// Session: a model, a backend + scheduler, a KV cache and the graphs that
+// run them. Evaluates batches of tokens at the current position and keeps
+// the logits of the rows asked for.
+#pragma once
+
+#include "graph/forward.h"
+#include "model/model.h"
+#include "runtime/trace.h"
+
+#include <ggml-backend.h>
+
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace toy {
+
+enum class FlashAttn { Off, On, Auto };
+
+struct SessionOptions {
+    int64_t n_ctx = 0;        // 0: the model's training context, at most 4096
+    int64_t n_batch = 2048;   // tokens per eval call at most (logical batch)
+    int64_t n_ubatch = 512;   // tokens per graph (physical batch)
+    int n_threads = 0;        // 0: all hardware threads
+    ggml_type type_k = GGML_TYPE_F16;
+    ggml_type type_v = GGML_TYPE_F16;
+    FlashAttn flash_attn = FlashAttn::Auto;
+    FILE *trace = nullptr;    // non-null: per-graph activation statistics go here
+};
+
+struct KvStats {
+    int64_t n_ctx = 0;
+    int64_t n_used = 0;
+    size_t bytes = 0;
+    ggml_type type_k = GGML_TYPE_F16;
+    ggml_type type_v = GGML_TYPE_F16;
+};
+
+class Session {
+public:
+    Session(const Model &model, const SessionOptions &opts = {});
+    ~Session();
+    Session(const Session &) = delete;
+    Session &operator=(const Session &) = delete;
+
+    // Evaluates `tokens` at positions n_past() .. n_past()+n-1 and advances.
+    // Keeps the logits of every token (all_logits) or of the last one only.
+    void eval(std::span<const int32_t> tokens, bool all_logits = false);
+
+    // Logits of the last eval: rows x n_vocab (one row unless all_logits).
+    const std::vector<float> &logits() const { return logits_; }
+    const float *last_logits() const { return logits_.data() + logits_.size() - n_vocab(); }
+    int64_t n_vocab() const { return model_.config().n_vocab; }
+
+    int64_t n_past() const { return n_past_; }
+    int64_t n_ctx() const { return n_ctx_; }
+    void reset();                 // forget the cache (positions start at 0 again)
+    KvStats kv_stats() const;
+    bool flash_attn() const { return flash_attn_; }
+    const std::vector<std::string> &notes() const { return notes_; }  // decisions worth telling the user
+    const Model &model() const { return model_; }
+    int graphs_built() const { return graphs_built_; }
+
+private:
+    void eval_ubatch(std::span<const int32_t> tokens, int64_t n_outputs, float *out);
+    void build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs);
+    void set_inputs(std::span<const int32_t> tokens, int64_t n_kv, int64_t n_outputs);
+
+    const Model &model_;
+    SessionOptions opts_;
+    int64_t n_ctx_ = 0;
+    int64_t n_ubatch_ = 0;
+    int64_t n_past_ = 0;
+    bool flash_attn_ = false;
+    std::vector<std::string> notes_;
+
+    ggml_backend_t backend_ = nullptr;
+    ggml_backend_sched_t sched_ = nullptr;
+
+    // KV cache
+    ggml_context *kv_ctx_ = nullptr;
+    ggml_backend_buffer_t kv_buf_ = nullptr;
+    graph::KvBinding kv_;
+
+    // the current graph, reused while its shape does not change
+    ggml_context *graph_ctx_ = nullptr;
+    ggml_cgraph *gf_ = nullptr;
+    graph::ForwardGraph g_;
+    struct Shape {
+        int64_t n_tokens = -1, n_kv = -1, n_outputs = -1;
+        bool operator==(const Shape &) const = default;
+    } shape_;
+    int graphs_built_ = 0;
+    size_t graph_size_ = 0;
+
+    std::vector<float> logits_;
+    TraceState trace_;
+};
+
+}  // namespace toy
