@@ -1,0 +1,129 @@
+// `toy inspect`: runs the built binary on every shared GGUF file, in text and
+// JSON form, and on files that are not GGUF.
+#include "gguf/gguf_reader.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunResult {
+    int exit_code = -1;
+    std::string output;  // stdout, then stderr when merge is set
+};
+
+std::string shell_quote(const std::string &s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+RunResult run_toy(const std::string &args, bool merge_stderr) {
+    std::string cmd = shell_quote(TOY_BIN) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+    RunResult r;
+    FILE *p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+    int status = pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+std::vector<std::string> shared_gguf_files() {
+    std::vector<std::string> out;
+    for (const char *sub : {"fixtures", "models", "models/vocab"}) {
+        fs::path dir = fs::path(TOY_SHARED_DIR) / sub;
+        if (!fs::is_directory(dir)) continue;
+        for (const auto &e : fs::directory_iterator(dir)) {
+            if (e.is_regular_file() && e.path().extension() == ".gguf") out.push_back(e.path().string());
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+TEST(Inspect, TextNamesArchitectureForEverySharedFile) {
+    auto files = shared_gguf_files();
+    ASSERT_GE(files.size(), 3u);
+    for (const auto &path : files) {
+        SCOPED_TRACE(path);
+        auto f = toy::gguf::File::open(path);
+        std::string arch = f->get_string("general.architecture");
+        RunResult r = run_toy("inspect " + shell_quote(path), true);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_NE(r.output.find("architecture:  " + arch), std::string::npos) << r.output.substr(0, 2000);
+        EXPECT_NE(r.output.find(fmt::format("tensors ({})", f->tensors().size())), std::string::npos);
+        EXPECT_NE(r.output.find("tokenizer:"), std::string::npos);
+        // Large arrays are summarized, never dumped.
+        EXPECT_LT(r.output.size(), 2000 + 200 * f->tensors().size() + 200 * f->metadata().size());
+    }
+}
+
+TEST(Inspect, JsonParsesForEverySharedFile) {
+    for (const auto &path : shared_gguf_files()) {
+        SCOPED_TRACE(path);
+        auto f = toy::gguf::File::open(path);
+        RunResult r = run_toy("inspect --json " + shell_quote(path), false);
+        ASSERT_EQ(r.exit_code, 0);
+        nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+        ASSERT_FALSE(j.is_discarded()) << r.output.substr(0, 2000);
+        EXPECT_EQ(j["architecture"], f->get_string("general.architecture"));
+        EXPECT_EQ(j["n_tensors"], f->tensors().size());
+        EXPECT_EQ(j["tensors"].size(), f->tensors().size());
+        EXPECT_EQ(j["version"], f->version());
+        uint64_t params = 0;
+        for (const auto &t : f->tensors()) params += (uint64_t)t.n_elements();
+        EXPECT_EQ(j["total_params"], params);
+        if (f->has("tokenizer.ggml.tokens")) {
+            EXPECT_EQ(j["tokenizer"]["tokens"], f->get_string_array("tokenizer.ggml.tokens").size());
+        }
+        // Every array longer than 16 is a {type, count} summary.
+        std::function<void(const nlohmann::json &)> check = [&](const nlohmann::json &v) {
+            if (v.is_array()) {
+                EXPECT_LE(v.size(), 16u);
+            }
+            if (v.is_object() || v.is_array()) {
+                for (const auto &e : v) check(e);
+            }
+        };
+        for (const char *section : {"hyperparameters", "tokenizer", "general", "other"}) check(j[section]);
+    }
+}
+
+TEST(Inspect, JsonSummarizesLongArrays) {
+    fs::path path = fs::path(TOY_SHARED_DIR) / "models/stories260K.gguf";
+    if (!fs::exists(path)) GTEST_SKIP() << "missing " << path;
+    RunResult r = run_toy("inspect --json " + shell_quote(path.string()), false);
+    ASSERT_EQ(r.exit_code, 0);
+    auto j = nlohmann::json::parse(r.output);
+    EXPECT_TRUE(j["tokenizer"].contains("tokens"));
+    EXPECT_FALSE(j["types"].empty());
+}
+
+TEST(Inspect, NonGgufFileIsOneLineError) {
+    fs::path dir = fs::temp_directory_path() / fmt::format("toy_test_inspect_{}", getpid());
+    fs::create_directories(dir);
+    fs::path bad = dir / "notes.txt";
+    std::ofstream(bad) << "this is a text file, definitely not a GGUF model\n";
+    for (const std::string &target : {bad.string(), (dir / "missing.gguf").string()}) {
+        RunResult r = run_toy("inspect " + shell_quote(target), true);
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(r.output.rfind("toy: error: ", 0), 0u) << r.output;
+        EXPECT_NE(r.output.find(target), std::string::npos) << r.output;
+        ASSERT_FALSE(r.output.empty());
+        EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+    }
+    fs::remove_all(dir);
+}
+
+}  // namespace
