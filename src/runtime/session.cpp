@@ -27,9 +27,6 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
     check_cache_type(opts.type_v, "-ctv");
     n_ctx_ = opts.n_ctx > 0 ? opts.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
     if (n_ctx_ <= 0) fail("context size must be positive, found {}", n_ctx_);
-    if (c.pos == PosKind::Learned && n_ctx_ > c.n_ctx_train) {
-        fail("context size {} exceeds the {} learned positions of {}", n_ctx_, c.n_ctx_train, model.path());
-    }
     if (opts.n_ubatch <= 0 || opts.n_batch <= 0) fail("batch sizes must be positive (-b {}, -ub {})", opts.n_batch, opts.n_ubatch);
     n_ubatch_ = std::min(opts.n_ubatch, opts.n_batch);
 
@@ -106,6 +103,10 @@ void Session::eval(std::span<const int32_t> tokens, bool all_logits) {
     if (n == 0) fail("nothing to evaluate: the token list is empty");
     if (n_past_ + n > n_ctx_) {
         fail("context overflow: {} tokens after {} already in a context of {} (raise -c)", n, n_past_, n_ctx_);
+    }
+    const Config &c = model_.config();
+    if (c.pos == PosKind::Learned && n_past_ + n > c.n_ctx_train) {
+        fail("position {} is beyond the {} learned positions of {}", n_past_ + n - 1, c.n_ctx_train, model_.path());
     }
     const int64_t n_vocab_model = model_.weights().tok_embd->ne[1];
     for (int64_t i = 0; i < n; ++i) {

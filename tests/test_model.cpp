@@ -1,0 +1,241 @@
+// Loading: per-head checkpoints, copies, requantization, and the errors a
+// malformed model or a bad request must produce.
+#include "core/error.h"
+#include "gguf/gguf_writer.h"
+#include "model/model.h"
+#include "runtime/session.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+using namespace toy;
+
+namespace {
+
+std::vector<float> batched_logits(const Model &m, const std::vector<int32_t> &tokens, SessionOptions o = {}) {
+    o.n_ctx = 256;
+    o.type_k = o.type_v = GGML_TYPE_F32;
+    o.flash_attn = FlashAttn::Off;
+    Session s(m, o);
+    s.eval(tokens, true);
+    return s.logits();
+}
+
+std::vector<int32_t> fixture_tokens(const std::string &name) {
+    return test::read_json(test::fixture_path(name + ".json"))["tokens"].get<std::vector<int32_t>>();
+}
+
+// Rewrites `src` with its fused attn_{q,k,v} split into per-head tensors,
+// as the original engine's trainer wrote them.
+void write_per_head(const std::string &src, const std::string &dst) {
+    auto f = gguf::File::open(src);
+    Config c = Config::from_gguf(*f);
+    gguf::Writer w;
+    w.copy_metadata(*f);
+    for (const auto &t : f->tensors()) {
+        const bool q = t.name.ends_with(".attn_q.weight"), k = t.name.ends_with(".attn_k.weight"),
+                   v = t.name.ends_with(".attn_v.weight");
+        if (!(q || k || v)) {
+            w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
+            continue;
+        }
+        const int64_t n_heads = q ? c.n_head : c.n_head_kv;
+        const int64_t head_dim = t.ne[1] / n_heads;
+        const size_t head_bytes = t.nbytes / n_heads;
+        const std::string stem = t.name.substr(0, t.name.size() - 7);  // drop ".weight"
+        for (int64_t h = 0; h < n_heads; ++h) {
+            w.add_tensor(stem + ".head_" + std::to_string(h) + ".weight", t.type, {t.ne[0], head_dim, 1, 1}, 2,
+                         static_cast<const uint8_t *>(f->tensor_data(t)) + h * head_bytes);
+        }
+    }
+    w.write(dst);
+}
+
+TEST(Model, PerHeadCheckpointGivesSameLogits) {
+    for (const std::string name : {"llama-tied.f32", "qwen3.f32"}) {
+        test::TempDir dir;
+        const std::string split = dir.file("per_head.gguf");
+        write_per_head(test::fixture_path(name + ".gguf"), split);
+        auto fused = Model::load(test::fixture_path(name + ".gguf"));
+        auto heads = Model::load(split);
+        EXPECT_TRUE(heads->per_head_checkpoint());
+        EXPECT_FALSE(fused->per_head_checkpoint());
+        auto tokens = fixture_tokens(name);
+        EXPECT_EQ(batched_logits(*fused, tokens), batched_logits(*heads, tokens)) << name;
+        EXPECT_EQ(fused->read_weight("blk.1.attn_k.weight"), heads->read_weight("blk.1.attn_k.weight")) << name;
+    }
+}
+
+TEST(Model, PerHeadCheckpointMissingHeadIsAnError) {
+    test::TempDir dir;
+    auto f = gguf::File::open(test::fixture_path("llama-tied.f32.gguf"));
+    gguf::Writer w;
+    w.copy_metadata(*f);
+    for (const auto &t : f->tensors()) {
+        if (t.name == "blk.0.attn_q.weight") {
+            const int64_t hd = t.ne[1] / 4;
+            for (int h = 0; h < 3; ++h)  // head 3 of 4 missing
+                w.add_tensor("blk.0.attn_q.head_" + std::to_string(h) + ".weight", t.type, {t.ne[0], hd, 1, 1}, 2,
+                             static_cast<const uint8_t *>(f->tensor_data(t)) + h * (t.nbytes / 4));
+        } else {
+            w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
+        }
+    }
+    w.write(dir.file("m.gguf"));
+    try {
+        Model::load(dir.file("m.gguf"));
+        FAIL() << "expected an error";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.head_3.weight"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Model, NoMmapCopiesAndMatches) {
+    const std::string path = test::fixture_path("llama-untied.f32.gguf");
+    auto mapped = Model::load(path);
+    LoadOptions o;
+    o.use_mmap = false;
+    auto copied = Model::load(path, o);
+    EXPECT_EQ(mapped->copied_bytes(), 0u);
+    EXPECT_GE(copied->copied_bytes(), copied->weight_bytes());
+    auto tokens = fixture_tokens("llama-untied.f32");
+    EXPECT_EQ(batched_logits(*mapped, tokens), batched_logits(*copied, tokens));
+}
+
+TEST(Model, RequantizeToQ8) {
+    LoadOptions o;
+    o.weight_type = GGML_TYPE_Q8_0;
+    auto m = Model::load(test::fixture_path("llama-256.f32.gguf"), o);
+    EXPECT_EQ(m->weights().layers[0].wq->type, GGML_TYPE_Q8_0);
+    EXPECT_EQ(m->weights().layers[0].attn_norm->type, GGML_TYPE_F32);
+    // the same blocks llama-quantize wrote into the q8_0 fixture
+    auto q8 = Model::load(test::fixture_path("llama-256.q8_0.gguf"));
+    EXPECT_EQ(m->read_weight("blk.1.ffn_down.weight"), q8->read_weight("blk.1.ffn_down.weight"));
+    // and logits as close to llama.cpp's F32 run as llama.cpp's own q8_0 run is
+    // (random weights give near-tied logits, so argmax flips are expected)
+    auto ref = test::read_f32(test::fixture_path("llama-256.f32.logits.f32"));
+    auto llama_q8 = test::compare_rows(test::read_f32(test::fixture_path("llama-256.q8_0.logits.f32")), ref, 512);
+    auto got = batched_logits(*m, fixture_tokens("llama-256.f32"));
+    auto s = test::compare_rows(got, ref, 512);
+    EXPECT_LE(s.d_max, 2e-2);
+    EXPECT_GE(s.argmax_equal, llama_q8.argmax_equal);
+}
+
+TEST(Model, ReadWeightDequantizes) {
+    auto f32 = Model::load(test::fixture_path("llama-256.f32.gguf"));
+    auto q8 = Model::load(test::fixture_path("llama-256.q8_0.gguf"));
+    std::array<int64_t, 4> ne{};
+    auto a = f32->read_weight("blk.0.ffn_up.weight", &ne);
+    auto b = q8->read_weight("blk.0.ffn_up.weight");
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(ne[0] * ne[1], (int64_t)a.size());
+    double err = 0, mag = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        err = std::max(err, (double)std::abs(a[i] - b[i]));
+        mag = std::max(mag, (double)std::abs(a[i]));
+    }
+    EXPECT_LT(err, mag / 64);
+    EXPECT_THROW(f32->read_weight("no.such.weight"), Error);
+}
+
+// Copies a fixture with one tensor dropped or reshaped.
+std::string write_modified(const test::TempDir &dir, const std::string &drop, bool reshape) {
+    auto f = gguf::File::open(test::fixture_path("llama-tied.f32.gguf"));
+    gguf::Writer w;
+    w.copy_metadata(*f);
+    for (const auto &t : f->tensors()) {
+        if (t.name != drop) {
+            w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
+        } else if (reshape) {
+            w.add_tensor(t.name, t.type, {t.ne[1], t.ne[0], 1, 1}, 2, f->tensor_data(t));
+        }
+    }
+    const std::string out = dir.file("modified.gguf");
+    w.write(out);
+    return out;
+}
+
+void expect_error_mentions(const std::function<void()> &fn, const std::vector<std::string> &parts) {
+    try {
+        fn();
+        FAIL() << "expected a toy::Error";
+    } catch (const Error &e) {
+        for (const auto &p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+}
+
+TEST(Model, MissingTensorIsNamed) {
+    test::TempDir dir;
+    auto path = write_modified(dir, "blk.1.ffn_down.weight", false);
+    expect_error_mentions([&] { Model::load(path); }, {"missing tensor", "blk.1.ffn_down.weight"});
+}
+
+TEST(Model, WrongShapeIsNamed) {
+    test::TempDir dir;
+    auto path2 = write_modified(dir, "blk.0.ffn_up.weight", true);
+    expect_error_mentions([&] { Model::load(path2); }, {"blk.0.ffn_up.weight", "expected shape", "found"});
+}
+
+TEST(Model, UnsupportedArchitectureIsNamed) {
+    test::TempDir dir;
+    auto f = gguf::File::open(test::fixture_path("llama-tied.f32.gguf"));
+    gguf::Writer w;
+    w.copy_metadata(*f);
+    w.set("general.architecture", gguf::Value::str("mamba"));
+    w.write(dir.file("m.gguf"));
+    expect_error_mentions([&] { Model::load(dir.file("m.gguf")); }, {"unsupported architecture", "mamba"});
+}
+
+TEST(Session, BadRequestsAreErrors) {
+    auto m = Model::load(test::fixture_path("llama-tied.f32.gguf"));
+    SessionOptions o;
+    o.n_ctx = 16;
+    Session s(*m, o);
+    expect_error_mentions([&] { s.eval(std::vector<int32_t>{}); }, {"empty"});
+    expect_error_mentions([&] { s.eval(std::vector<int32_t>{1, 99999}); }, {"99999", "out of range"});
+    expect_error_mentions([&] { s.eval(std::vector<int32_t>{1, -1}); }, {"-1", "out of range"});
+    std::vector<int32_t> many(17, 5);
+    expect_error_mentions([&] { s.eval(many); }, {"context overflow", "16"});
+    EXPECT_EQ(s.n_past(), 0);  // failed evals leave the session untouched
+    s.eval(std::vector<int32_t>{1, 2, 3});
+    EXPECT_EQ(s.n_past(), 3);
+    s.reset();
+    EXPECT_EQ(s.n_past(), 0);
+}
+
+TEST(Session, QuantizedVCacheTurnsOnFlashAttention) {
+    auto m = Model::load(test::fixture_path("llama-256.q8_0.gguf"));
+    SessionOptions o;
+    o.n_ctx = 64;
+    o.type_v = GGML_TYPE_Q8_0;
+    o.flash_attn = FlashAttn::Off;
+    Session s(*m, o);
+    EXPECT_TRUE(s.flash_attn());
+    ASSERT_EQ(s.notes().size(), 1u);
+    EXPECT_NE(s.notes()[0].find("flash attention"), std::string::npos);
+}
+
+TEST(Session, LearnedPositionsBoundTheContext) {
+    auto m = Model::load(test::fixture_path("gpt2.f32.gguf"));
+    SessionOptions o;
+    o.n_ctx = 256;
+    Session s(*m, o);
+    std::vector<int32_t> toks(129, 5);
+    expect_error_mentions([&] { s.eval(toks); }, {"learned positions", "128"});
+}
+
+TEST(Session, DecodeReusesOneGraph) {
+    auto m = Model::load(test::fixture_path("llama-tied.f32.gguf"));
+    SessionOptions o;
+    o.n_ctx = 512;
+    Session s(*m, o);
+    s.eval(std::vector<int32_t>{1, 2, 3, 4});
+    const int after_prefill = s.graphs_built();
+    for (int i = 0; i < 100; ++i) {
+        int32_t t = 7;
+        s.eval(std::span<const int32_t>(&t, 1));
+    }
+    EXPECT_EQ(s.graphs_built(), after_prefill + 1);
+}
+
+}  // namespace

@@ -1,0 +1,86 @@
+// Helpers shared by the tests: fixture paths, reference files, comparisons.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace toy::test {
+
+inline std::string shared_path(const std::string &rel) { return std::string(TOY_SHARED_DIR) + "/" + rel; }
+inline std::string fixture_path(const std::string &name) { return shared_path("fixtures/" + name); }
+
+inline nlohmann::json read_json(const std::string &path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    return nlohmann::json::parse(in);
+}
+
+inline std::vector<float> read_f32(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    in.seekg(0, std::ios::end);
+    const size_t n = (size_t)in.tellg() / sizeof(float);
+    in.seekg(0);
+    std::vector<float> v(n);
+    in.read(reinterpret_cast<char *>(v.data()), (std::streamsize)(n * sizeof(float)));
+    return v;
+}
+
+// The fixture README's metric: per row, max |got - ref| / (max(ref) - min(ref)).
+struct RowStats {
+    double d_max = 0;          // worst row
+    double argmax_equal = 0;   // fraction of rows whose argmax agrees
+};
+
+inline int argmax(const float *x, size_t n) {
+    size_t b = 0;
+    for (size_t i = 1; i < n; ++i)
+        if (x[i] > x[b]) b = i;
+    return (int)b;
+}
+
+inline RowStats compare_rows(const std::vector<float> &got, const std::vector<float> &ref, size_t n_vocab) {
+    RowStats s;
+    const size_t rows = ref.size() / n_vocab;
+    size_t agree = 0;
+    for (size_t r = 0; r < rows; ++r) {
+        const float *g = got.data() + r * n_vocab, *f = ref.data() + r * n_vocab;
+        float lo = f[0], hi = f[0];
+        double d = 0;
+        for (size_t i = 0; i < n_vocab; ++i) {
+            lo = std::min(lo, f[i]);
+            hi = std::max(hi, f[i]);
+            d = std::max(d, (double)std::abs(g[i] - f[i]));
+        }
+        s.d_max = std::max(s.d_max, d / std::max(1e-30, (double)(hi - lo)));
+        agree += argmax(g, n_vocab) == argmax(f, n_vocab);
+    }
+    s.argmax_equal = rows ? (double)agree / rows : 1.0;
+    return s;
+}
+
+// A scratch directory removed at the end of the test.
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        path = std::filesystem::temp_directory_path() /
+               ("toy-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+        std::filesystem::create_directories(path);
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+    std::string file(const std::string &name) const { return (path / name).string(); }
+    static int &counter() {
+        static int c = 0;
+        return c;
+    }
+};
+
+}  // namespace toy::test
