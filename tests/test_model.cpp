@@ -6,6 +6,7 @@
 #include "runtime/session.h"
 #include "test_util.h"
 
+#include <ggml-cpu.h>
 #include <gtest/gtest.h>
 
 using namespace toy;
@@ -236,6 +237,28 @@ TEST(Session, DecodeReusesOneGraph) {
         s.eval(std::span<const int32_t>(&t, 1));
     }
     EXPECT_EQ(s.graphs_built(), after_prefill + 1);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
+    const std::string path = test::fixture_path("llama-256.q4_k_m.gguf");
+    auto repacked = Model::load(path);
+    LoadOptions plain_opts;
+    plain_opts.repack = false;
+    auto plain = Model::load(path, plain_opts);
+    if (ggml_cpu_has_avx2()) EXPECT_GT(repacked->repacked_bytes(), 0u);  // x86 has a Q4_K repack kernel
+    EXPECT_EQ(plain->repacked_bytes(), 0u);
+    EXPECT_EQ(repacked->read_weight("blk.0.ffn_up.weight"), plain->read_weight("blk.0.ffn_up.weight"));
+    auto tokens = fixture_tokens("llama-256.q4_k_m");
+    auto ref = test::read_f32(test::fixture_path("llama-256.q4_k_m.logits.f32"));
+    for (const Model *m : {repacked.get(), plain.get()}) {
+        auto s = test::compare_rows(batched_logits(*m, tokens), ref, 512);
+        EXPECT_LE(s.d_max, 2e-2);
+        EXPECT_GE(s.argmax_equal, 0.95);
+    }
 }
 
 }  // namespace

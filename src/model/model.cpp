@@ -59,13 +59,6 @@ std::vector<const gguf::TensorInfo *> find_heads(const gguf::File &f, const std:
     return heads;
 }
 
-// Source bytes of one tensor before any type conversion.
-struct Source {
-    ggml_type type = GGML_TYPE_F32;
-    std::vector<const void *> parts;  // contiguous pieces, concatenated in order
-    std::vector<size_t> part_bytes;
-};
-
 std::vector<float> to_f32(const void *src, ggml_type type, int64_t n) {
     std::vector<float> out(n);
     if (type == GGML_TYPE_F32) {
@@ -78,9 +71,66 @@ std::vector<float> to_f32(const void *src, ggml_type type, int64_t n) {
     return out;
 }
 
+// The CPU backend's repack buffer type, or null when this build has none.
+ggml_backend_buffer_type_t cpu_repack_buft() {
+    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!dev) return nullptr;
+    auto get_extra = (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
+        ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
+    if (!get_extra) return nullptr;
+    for (ggml_backend_buffer_type_t *b = get_extra(dev); b && *b; ++b) {
+        if (std::string(ggml_backend_buft_name(*b)) == "CPU_REPACK") return *b;
+    }
+    return nullptr;
+}
+
+// Whether the CPU backend can multiply by a weight of this type and shape
+// when it lives in `buft` (asks the device with a throw-away op).
+bool buft_supports_matmul(ggml_backend_buffer_type_t buft, ggml_type type, const int64_t *ne, int n_dims) {
+    ggml_init_params ip{4 * ggml_tensor_overhead(), nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    ggml_tensor *w = ggml_new_tensor(ctx, type, n_dims, ne);
+    ggml_tensor *op;
+    if (n_dims == 3) {
+        ggml_tensor *x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, ne[0], 1, 8);
+        ggml_tensor *ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, 8);
+        op = ggml_mul_mat_id(ctx, w, x, ids);
+    } else {
+        op = ggml_mul_mat(ctx, w, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ne[0], 8));
+    }
+    ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
+    w->buffer = dummy;
+    const bool ok = ggml_backend_dev_supports_op(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU), op);
+    w->buffer = nullptr;
+    ggml_backend_buffer_free(dummy);
+    ggml_free(ctx);
+    return ok;
+}
+
 }  // namespace
 
+std::vector<uint8_t> Model::Source::joined() const {
+    std::vector<uint8_t> out;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const auto *b = static_cast<const uint8_t *>(parts[i]);
+        out.insert(out.end(), b, b + part_bytes[i]);
+    }
+    return out;
+}
+
+// The bytes to store for a tensor of type `type`: its source, joined and,
+// when the types differ, requantized row by row from float32.
+static std::vector<uint8_t> convert_source(const Model::Source &src, ggml_type type, const int64_t *ne, int64_t n) {
+    std::vector<uint8_t> bytes = src.joined();
+    if (type == src.type) return bytes;
+    std::vector<float> f32 = to_f32(bytes.data(), src.type, n);
+    std::vector<uint8_t> q(ggml_row_size(type, ne[0]) * (n / ne[0]));
+    ggml_quantize_chunk(type, f32.data(), q.data(), 0, n / ne[0], ne[0], nullptr);
+    return q;
+}
+
 Model::~Model() {
+    if (repack_buf_) ggml_backend_buffer_free(repack_buf_);
     if (copy_buf_) ggml_backend_buffer_free(copy_buf_);
     if (mmap_buf_) ggml_backend_buffer_free(mmap_buf_);
     if (ctx_) ggml_free(ctx_);
@@ -105,12 +155,14 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // whether it can stay in the mapping.
     struct Plan {
         ggml_tensor *t;
-        Source src;
+        Model::Source src;
         bool zero_copy;
+        bool repack;
     };
+    ggml_backend_buffer_type_t repack_buft = opts.repack ? cpu_repack_buft() : nullptr;
     std::vector<Plan> plans;
     for (const TensorSpec &spec : specs) {
-        Source src;
+        Model::Source src;
         std::vector<int64_t> found_ne;
         if (const auto *info = f.find_tensor(spec.name)) {
             found_ne.assign(info->ne.begin(), info->ne.begin() + std::max(info->n_dims, 1));
@@ -156,8 +208,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_tensor *t = ggml_new_tensor(m->ctx_, type, (int)spec.ne.size(), spec.ne.data());
         ggml_set_name(t, spec.name.c_str());
         *spec.slot = t;
-        const bool zero_copy = opts.use_mmap && !requant && src.parts.size() == 1;
-        plans.push_back({t, std::move(src), zero_copy});
+        const bool repack = repack_buft &&
+                            (spec.role == TensorRole::Linear || spec.role == TensorRole::Experts) &&
+                            buft_supports_matmul(repack_buft, type, spec.ne.data(), (int)spec.ne.size());
+        const bool zero_copy = opts.use_mmap && !requant && !repack && src.parts.size() == 1;
+        plans.push_back({t, std::move(src), zero_copy, repack});
     }
     Weights &w = m->w_;
     if (!w.output) {
@@ -179,30 +234,34 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             }
         }
     }
+    // Repacked matrices: one buffer of the repack type; binding a tensor there
+    // selects its layout, and setting its bytes converts them.
+    size_t repack_size = 0;
+    const size_t repack_align = repack_buft ? ggml_backend_buft_get_alignment(repack_buft) : 1;
+    for (const Plan &p : plans) {
+        if (p.repack) repack_size += GGML_PAD(ggml_backend_buft_get_alloc_size(repack_buft, p.t), repack_align);
+    }
+    if (repack_size > 0) {
+        m->repack_buf_ = ggml_backend_buft_alloc_buffer(repack_buft, repack_size);
+        if (!m->repack_buf_) fail("{}: could not allocate {} bytes for repacked weights", f.path(), repack_size);
+        ggml_backend_buffer_set_usage(m->repack_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(m->repack_buf_));
+        size_t at = 0;
+        for (const Plan &p : plans) {
+            if (!p.repack) continue;
+            if (ggml_backend_tensor_alloc(m->repack_buf_, p.t, base + at) != GGML_STATUS_SUCCESS) {
+                fail("{}: could not bind tensor '{}' for repacking", f.path(), ggml_get_name(p.t));
+            }
+            at += GGML_PAD(ggml_backend_buft_get_alloc_size(repack_buft, p.t), repack_align);
+        }
+    }
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
     if (m->copy_buf_) ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (const Plan &p : plans) {
         if (p.zero_copy) continue;
-        std::vector<uint8_t> joined;
-        const void *bytes = p.src.parts[0];
-        if (p.src.parts.size() > 1) {
-            for (size_t i = 0; i < p.src.parts.size(); ++i) {
-                const auto *b = static_cast<const uint8_t *>(p.src.parts[i]);
-                joined.insert(joined.end(), b, b + p.src.part_bytes[i]);
-            }
-            bytes = joined.data();
-        }
-        if (p.t->type == p.src.type) {
-            ggml_backend_tensor_set(p.t, bytes, 0, ggml_nbytes(p.t));
-            continue;
-        }
-        // requantize to Q8_0 row by row from float32
-        const int64_t n_per_row = p.t->ne[0];
-        const int64_t nrows = ggml_nelements(p.t) / n_per_row;
-        std::vector<float> f32 = to_f32(bytes, p.src.type, ggml_nelements(p.t));
-        std::vector<uint8_t> q(ggml_nbytes(p.t));
-        ggml_quantize_chunk(p.t->type, f32.data(), q.data(), 0, nrows, n_per_row, nullptr);
-        ggml_backend_tensor_set(p.t, q.data(), 0, q.size());
+        std::vector<uint8_t> bytes = convert_source(p.src, p.t->type, p.t->ne, ggml_nelements(p.t));
+        ggml_backend_tensor_set(p.t, bytes.data(), 0, bytes.size());
+        if (p.repack) m->repacked_sources_[p.t] = p.src;
     }
     return m;
 }
@@ -216,8 +275,13 @@ ggml_tensor *Model::find_weight(const std::string &name) const {
 std::vector<float> Model::read_weight(const std::string &name, std::array<int64_t, 4> *ne) const {
     ggml_tensor *t = find_weight(name);
     if (!t) fail("{}: no weight named '{}'", path(), name);
-    std::vector<uint8_t> raw(ggml_nbytes(t));
-    ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
+    std::vector<uint8_t> raw;
+    if (auto it = repacked_sources_.find(t); it != repacked_sources_.end()) {
+        raw = convert_source(it->second, t->type, t->ne, ggml_nelements(t));
+    } else {
+        raw.resize(ggml_nbytes(t));
+        ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
+    }
     if (ne) *ne = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
     return to_f32(raw.data(), t->type, ggml_nelements(t));
 }
@@ -228,6 +292,10 @@ size_t Model::weight_bytes() const {
     return n;
 }
 
-size_t Model::copied_bytes() const { return copy_buf_ ? ggml_backend_buffer_get_size(copy_buf_) : 0; }
+size_t Model::copied_bytes() const {
+    return (copy_buf_ ? ggml_backend_buffer_get_size(copy_buf_) : 0) + repacked_bytes();
+}
+
+size_t Model::repacked_bytes() const { return repack_buf_ ? ggml_backend_buffer_get_size(repack_buf_) : 0; }
 
 }  // namespace toy

@@ -15,6 +15,8 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace toy {
 
@@ -23,6 +25,10 @@ struct LoadOptions {
     // GGML_TYPE_COUNT keeps every tensor's file type; GGML_TYPE_Q8_0
     // requantizes F32/F16 linear weights (norms, biases, embeddings stay).
     ggml_type weight_type = GGML_TYPE_COUNT;
+    // Store matrices in ggml's CPU repack layout where the CPU has a faster
+    // kernel for their type (e.g. Q4_0/Q4_K/Q8_0 interleaved rows). Those
+    // tensors are copied out of the mapping, as llama.cpp does.
+    bool repack = true;
 };
 
 class Model {
@@ -43,7 +49,17 @@ public:
 
     size_t weight_bytes() const;      // bytes of all bound weights
     size_t copied_bytes() const;      // of which copied into backend buffers
+    size_t repacked_bytes() const;    // of which stored in the CPU repack layout
     bool per_head_checkpoint() const { return per_head_; }
+
+    // Where a copied tensor's bytes come from: pieces of the mapping (one, or
+    // one per head for per-head checkpoints) and their type.
+    struct Source {
+        ggml_type type = GGML_TYPE_F32;
+        std::vector<const void *> parts;
+        std::vector<size_t> part_bytes;
+        std::vector<uint8_t> joined() const;
+    };
 
 private:
     Model() = default;
@@ -53,7 +69,10 @@ private:
     ggml_context *ctx_ = nullptr;                   // tensor metadata (no data)
     ggml_backend_buffer_t mmap_buf_ = nullptr;      // wraps the file mapping
     ggml_backend_buffer_t copy_buf_ = nullptr;      // copied / transformed tensors
+    ggml_backend_buffer_t repack_buf_ = nullptr;    // matrices in the CPU repack layout
     bool per_head_ = false;
+    // the repack layout cannot be read back: read_weight() converts these instead
+    std::unordered_map<const ggml_tensor *, Source> repacked_sources_;
 };
 
 }  // namespace toy
