@@ -249,7 +249,9 @@ TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
     LoadOptions plain_opts;
     plain_opts.repack = false;
     auto plain = Model::load(path, plain_opts);
-    if (ggml_cpu_has_avx2()) EXPECT_GT(repacked->repacked_bytes(), 0u);  // x86 has a Q4_K repack kernel
+    if (ggml_cpu_has_avx2()) {
+        EXPECT_GT(repacked->repacked_bytes(), 0u);  // x86 has a Q4_K repack kernel
+    }
     EXPECT_EQ(plain->repacked_bytes(), 0u);
     EXPECT_EQ(repacked->read_weight("blk.0.ffn_up.weight"), plain->read_weight("blk.0.ffn_up.weight"));
     auto tokens = fixture_tokens("llama-256.q4_k_m");

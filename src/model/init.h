@@ -106,8 +106,4 @@ struct InitResult {
 // Writes the random model to `path` (atomically). Throws toy::Error.
 InitResult init_model(const InitOptions &o, const std::string &path);
 
-// The type each tensor of `cfg` gets for `type` (exposed for tests).
-ggml_type init_tensor_type(const Config &cfg, const std::string &tensor_name, int layer, const std::vector<int64_t> &ne,
-                           int role, InitType type);
-
 }  // namespace toy

@@ -24,14 +24,22 @@ bool trace_callback(ggml_tensor *t, bool ask, void *user_data) {
     if (!is_traced_name(ggml_get_name(t))) return true;
 
     const int64_t n = ggml_nelements(t);
-    std::vector<uint8_t> raw(ggml_nbytes(t));
-    const bool contiguous = ggml_is_contiguous(t);
-    if (contiguous) ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
+    // gather the rows (views such as the top-k expert ids are strided)
+    const size_t row_bytes = ggml_row_size(t->type, t->ne[0]);
+    std::vector<uint8_t> raw(row_bytes * (n / t->ne[0]));
+    const bool rows_contiguous = t->nb[0] == ggml_type_size(t->type);
+    if (rows_contiguous) {
+        size_t at = 0;
+        for (int64_t i3 = 0; i3 < t->ne[3]; ++i3)
+            for (int64_t i2 = 0; i2 < t->ne[2]; ++i2)
+                for (int64_t i1 = 0; i1 < t->ne[1]; ++i1, at += row_bytes)
+                    ggml_backend_tensor_get(t, raw.data() + at, i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], row_bytes);
+    }
     std::fprintf(st->out, "trace %d %-16s %-4s [%lld, %lld, %lld, %lld]", st->graph, ggml_get_name(t),
                  ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                  (long long)t->ne[3]);
-    if (!contiguous) {
-        std::fprintf(st->out, " (not contiguous)\n");
+    if (!rows_contiguous) {
+        std::fprintf(st->out, " (strided rows)\n");
         return true;
     }
     if (t->type == GGML_TYPE_I32) {
