@@ -2,6 +2,7 @@
 // batched and one token at a time, within the fixture README's tolerances,
 // and greedy continuations where they are required to match.
 #include "model/model.h"
+#include "runtime/sequence.h"
 #include "runtime/session.h"
 #include "test_util.h"
 
@@ -111,6 +112,14 @@ TEST_P(Parity, SmallUbatchesMatchOneBatch) {
     Session s(*model, o);
     s.eval(r.tokens, true);
     expect_within_tolerance(r, s.logits(), "ubatch5");
+}
+
+TEST_P(Parity, SequenceModeWithoutCache) {
+    // the training forward pass (no KV cache, causal mask over the batch)
+    Reference r = load_reference(GetParam());
+    if (r.meta["flash_attn"].get<bool>()) GTEST_SKIP() << "sequence mode runs plain attention";
+    auto model = Model::load(test::shared_path(GetParam().dir + "/" + r.meta["model"].get<std::string>()));
+    expect_within_tolerance(r, eval_sequence(*model, r.tokens, 2), "sequence");
 }
 
 TEST_P(Parity, GreedyContinuation) {

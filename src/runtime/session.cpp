@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "runtime/mask.h"
+
 #include <ggml-cpu.h>
 
 #include <algorithm>
@@ -145,7 +147,7 @@ void Session::build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs) {
     ++graphs_built_;
 }
 
-void Session::set_inputs(std::span<const int32_t> tokens, int64_t n_kv, int64_t n_outputs) {
+void Session::set_inputs(std::span<const int32_t> tokens, int64_t n_outputs) {
     const Config &c = model_.config();
     const int64_t T = (int64_t)tokens.size();
     ggml_backend_tensor_set(g_.tokens, tokens.data(), 0, T * sizeof(int32_t));
@@ -172,26 +174,8 @@ void Session::set_inputs(std::span<const int32_t> tokens, int64_t n_kv, int64_t 
     if (g_.rope_freqs) {
         ggml_backend_tensor_set(g_.rope_freqs, c.rope.freq_factors.data(), 0, c.rope.freq_factors.size() * sizeof(float));
     }
-    // causal mask over cells; sliding-window layers also hide cells n_swa or more behind
-    auto fill = [&](ggml_tensor *m, bool swa) {
-        std::vector<float> f((size_t)n_kv * T);
-        for (int64_t i = 0; i < T; ++i) {
-            const int64_t p = pos[i];
-            for (int64_t j = 0; j < n_kv; ++j) {
-                const bool hidden = j > p || (swa && p - j >= c.n_swa);
-                f[i * n_kv + j] = hidden ? -INFINITY : 0.0f;
-            }
-        }
-        if (m->type == GGML_TYPE_F32) {
-            ggml_backend_tensor_set(m, f.data(), 0, f.size() * sizeof(float));
-        } else {
-            std::vector<ggml_fp16_t> h(f.size());
-            ggml_fp32_to_fp16_row(f.data(), h.data(), (int64_t)f.size());
-            ggml_backend_tensor_set(m, h.data(), 0, h.size() * sizeof(ggml_fp16_t));
-        }
-    };
-    fill(g_.mask, false);
-    if (g_.mask_swa) fill(g_.mask_swa, true);
+    set_causal_mask(g_.mask, pos, 0);
+    if (g_.mask_swa) set_causal_mask(g_.mask_swa, pos, c.n_swa);
 }
 
 void Session::eval_ubatch(std::span<const int32_t> tokens, int64_t n_outputs, float *out) {
@@ -199,7 +183,7 @@ void Session::eval_ubatch(std::span<const int32_t> tokens, int64_t n_outputs, fl
     const int64_t n_kv = std::min(n_ctx_, (n_past_ + T + kKvPad - 1) / kKvPad * kKvPad);
     const Shape shape{T, n_kv, n_outputs};
     if (!(shape == shape_)) build_graph(T, n_kv, n_outputs);
-    set_inputs(tokens, n_kv, n_outputs);
+    set_inputs(tokens, n_outputs);
     trace_.graph++;
     if (ggml_backend_sched_graph_compute(sched_, gf_) != GGML_STATUS_SUCCESS) fail("graph computation failed");
     n_past_ += T;

@@ -65,7 +65,7 @@ public:
 private:
     void eval_ubatch(std::span<const int32_t> tokens, int64_t n_outputs, float *out);
     void build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs);
-    void set_inputs(std::span<const int32_t> tokens, int64_t n_kv, int64_t n_outputs);
+    void set_inputs(std::span<const int32_t> tokens, int64_t n_outputs);
 
     const Model &model_;
     SessionOptions opts_;
