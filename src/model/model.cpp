@@ -71,17 +71,21 @@ std::vector<float> to_f32(const void *src, ggml_type type, int64_t n) {
     return out;
 }
 
-// The CPU backend's repack buffer type, or null when this build has none.
-ggml_backend_buffer_type_t cpu_repack_buft() {
+// The CPU backend's extra buffer types (repack, ...) in its order of
+// preference; empty when this build has none. AMX is left out: in this ggml
+// (0.25.1) its tile kernel crashes for batches of more than one row on
+// Sapphire Rapids (llama.cpp's own tools crash the same way on q8_0 models).
+std::vector<ggml_backend_buffer_type_t> cpu_extra_bufts() {
+    std::vector<ggml_backend_buffer_type_t> out;
     ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    if (!dev) return nullptr;
+    if (!dev) return out;
     auto get_extra = (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
         ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
-    if (!get_extra) return nullptr;
+    if (!get_extra) return out;
     for (ggml_backend_buffer_type_t *b = get_extra(dev); b && *b; ++b) {
-        if (std::string(ggml_backend_buft_name(*b)) == "CPU_REPACK") return *b;
+        if (std::string(ggml_backend_buft_name(*b)) != "AMX") out.push_back(*b);
     }
-    return nullptr;
+    return out;
 }
 
 // Whether the CPU backend can multiply by a weight of this type and shape
@@ -130,7 +134,7 @@ static std::vector<uint8_t> convert_source(const Model::Source &src, ggml_type t
 }
 
 Model::~Model() {
-    if (repack_buf_) ggml_backend_buffer_free(repack_buf_);
+    for (auto *b : extra_bufs_) ggml_backend_buffer_free(b);
     if (copy_buf_) ggml_backend_buffer_free(copy_buf_);
     if (mmap_buf_) ggml_backend_buffer_free(mmap_buf_);
     if (ctx_) ggml_free(ctx_);
@@ -157,9 +161,10 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_tensor *t;
         Model::Source src;
         bool zero_copy;
-        bool repack;
+        ggml_backend_buffer_type_t extra;  // AMX / repack buffer type, or null
     };
-    ggml_backend_buffer_type_t repack_buft = opts.repack ? cpu_repack_buft() : nullptr;
+    const std::vector<ggml_backend_buffer_type_t> extra_bufts =
+        opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
     std::vector<Plan> plans;
     for (const TensorSpec &spec : specs) {
         Model::Source src;
@@ -208,11 +213,18 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_tensor *t = ggml_new_tensor(m->ctx_, type, (int)spec.ne.size(), spec.ne.data());
         ggml_set_name(t, spec.name.c_str());
         *spec.slot = t;
-        const bool repack = repack_buft &&
-                            (spec.role == TensorRole::Linear || spec.role == TensorRole::Experts) &&
-                            buft_supports_matmul(repack_buft, type, spec.ne.data(), (int)spec.ne.size());
-        const bool zero_copy = opts.use_mmap && !requant && !repack && src.parts.size() == 1;
-        plans.push_back({t, std::move(src), zero_copy, repack});
+        // the first extra buffer type whose kernel takes this matrix
+        ggml_backend_buffer_type_t extra = nullptr;
+        if (spec.role == TensorRole::Linear || spec.role == TensorRole::Experts) {
+            for (auto *b : extra_bufts) {
+                if (buft_supports_matmul(b, type, spec.ne.data(), (int)spec.ne.size())) {
+                    extra = b;
+                    break;
+                }
+            }
+        }
+        const bool zero_copy = opts.use_mmap && !requant && !extra && src.parts.size() == 1;
+        plans.push_back({t, std::move(src), zero_copy, extra});
     }
     Weights &w = m->w_;
     if (!w.output) {
@@ -234,25 +246,27 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             }
         }
     }
-    // Repacked matrices: one buffer of the repack type; binding a tensor there
-    // selects its layout, and setting its bytes converts them.
-    size_t repack_size = 0;
-    const size_t repack_align = repack_buft ? ggml_backend_buft_get_alignment(repack_buft) : 1;
-    for (const Plan &p : plans) {
-        if (p.repack) repack_size += GGML_PAD(ggml_backend_buft_get_alloc_size(repack_buft, p.t), repack_align);
-    }
-    if (repack_size > 0) {
-        m->repack_buf_ = ggml_backend_buft_alloc_buffer(repack_buft, repack_size);
-        if (!m->repack_buf_) fail("{}: could not allocate {} bytes for repacked weights", f.path(), repack_size);
-        ggml_backend_buffer_set_usage(m->repack_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(m->repack_buf_));
+    // Matrices for the CPU's extra kernels: one buffer per buffer type;
+    // binding a tensor there selects its layout, setting its bytes converts them.
+    for (auto *buft : extra_bufts) {
+        const size_t align = ggml_backend_buft_get_alignment(buft);
+        size_t size = 0;
+        for (const Plan &p : plans) {
+            if (p.extra == buft) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, p.t), align);
+        }
+        if (size == 0) continue;
+        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
+        if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), size, ggml_backend_buft_name(buft));
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        m->extra_bufs_.push_back(buf);
+        auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(buf));
         size_t at = 0;
         for (const Plan &p : plans) {
-            if (!p.repack) continue;
-            if (ggml_backend_tensor_alloc(m->repack_buf_, p.t, base + at) != GGML_STATUS_SUCCESS) {
-                fail("{}: could not bind tensor '{}' for repacking", f.path(), ggml_get_name(p.t));
+            if (p.extra != buft) continue;
+            if (ggml_backend_tensor_alloc(buf, p.t, base + at) != GGML_STATUS_SUCCESS) {
+                fail("{}: could not bind tensor '{}' in a {} buffer", f.path(), ggml_get_name(p.t), ggml_backend_buft_name(buft));
             }
-            at += GGML_PAD(ggml_backend_buft_get_alloc_size(repack_buft, p.t), repack_align);
+            at += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, p.t), align);
         }
     }
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
@@ -261,7 +275,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         if (p.zero_copy) continue;
         std::vector<uint8_t> bytes = convert_source(p.src, p.t->type, p.t->ne, ggml_nelements(p.t));
         ggml_backend_tensor_set(p.t, bytes.data(), 0, bytes.size());
-        if (p.repack) m->repacked_sources_[p.t] = p.src;
+        if (p.extra) m->repacked_sources_[p.t] = p.src;
     }
     return m;
 }
@@ -296,6 +310,10 @@ size_t Model::copied_bytes() const {
     return (copy_buf_ ? ggml_backend_buffer_get_size(copy_buf_) : 0) + repacked_bytes();
 }
 
-size_t Model::repacked_bytes() const { return repack_buf_ ? ggml_backend_buffer_get_size(repack_buf_) : 0; }
+size_t Model::repacked_bytes() const {
+    size_t n = 0;
+    for (auto *b : extra_bufs_) n += ggml_backend_buffer_get_size(b);
+    return n;
+}
 
 }  // namespace toy

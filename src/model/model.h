@@ -25,9 +25,10 @@ struct LoadOptions {
     // GGML_TYPE_COUNT keeps every tensor's file type; GGML_TYPE_Q8_0
     // requantizes F32/F16 linear weights (norms, biases, embeddings stay).
     ggml_type weight_type = GGML_TYPE_COUNT;
-    // Store matrices in ggml's CPU repack layout where the CPU has a faster
-    // kernel for their type (e.g. Q4_0/Q4_K/Q8_0 interleaved rows). Those
-    // tensors are copied out of the mapping, as llama.cpp does.
+    // Store matrices in the layouts of the CPU backend's extra kernels (AMX
+    // tiles, interleaved repacked rows) where one takes their type and shape,
+    // preferring them in the backend's order, as llama.cpp does. Those tensors
+    // are copied out of the mapping.
     bool repack = true;
 };
 
@@ -49,7 +50,7 @@ public:
 
     size_t weight_bytes() const;      // bytes of all bound weights
     size_t copied_bytes() const;      // of which copied into backend buffers
-    size_t repacked_bytes() const;    // of which stored in the CPU repack layout
+    size_t repacked_bytes() const;    // of which stored in AMX / repack layouts
     bool per_head_checkpoint() const { return per_head_; }
 
     // Where a copied tensor's bytes come from: pieces of the mapping (one, or
@@ -69,7 +70,7 @@ private:
     ggml_context *ctx_ = nullptr;                   // tensor metadata (no data)
     ggml_backend_buffer_t mmap_buf_ = nullptr;      // wraps the file mapping
     ggml_backend_buffer_t copy_buf_ = nullptr;      // copied / transformed tensors
-    ggml_backend_buffer_t repack_buf_ = nullptr;    // matrices in the CPU repack layout
+    std::vector<ggml_backend_buffer_t> extra_bufs_; // matrices in the CPU's AMX / repack layouts
     bool per_head_ = false;
     // the repack layout cannot be read back: read_weight() converts these instead
     std::unordered_map<const ggml_tensor *, Source> repacked_sources_;
