@@ -1,0 +1,238 @@
+// toy chat: an interactive multi-turn conversation in the terminal.
+//
+// Every turn renders the whole conversation with the chat template and
+// evaluates only the text after what the KV cache already holds, so earlier
+// turns are never read again (unless the template rewrites them). Ctrl-C
+// stops a reply; at the prompt it quits, as do /exit and end of input.
+#include "apps/cli.h"
+#include "apps/session_options.h"
+#include "core/error.h"
+#include "text/chat_template.h"
+#include "text/sampler.h"
+#include "text/vocab.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include <unistd.h>
+
+namespace toy::cli {
+namespace {
+
+struct ChatOptions {
+    ModelFlags model;
+    text::SamplerParams sampling;
+    int n_predict = -1;
+    std::string chat_template;
+    std::string chat_template_file;
+    std::string system_prompt;
+    bool verbose = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+std::atomic<bool> g_interrupted{false};  // Ctrl-C during a reply: stop it
+std::atomic<bool> g_at_prompt{false};    // Ctrl-C now quits
+static_assert(std::atomic<bool>::is_always_lock_free, "the SIGINT handler needs lock-free flags");
+
+// At the prompt the handler ends the process itself (async-signal-safe calls
+// only): a flag could arrive between the check and the blocking read.
+extern "C" void on_sigint(int) {
+    if (g_at_prompt.load()) {
+        (void)!write(STDOUT_FILENO, "\n", 1);
+        _exit(130);  // the shell's code for "ended by SIGINT"
+    }
+    g_interrupted.store(true);
+}
+
+// The handler, while chatting. No SA_RESTART: a read interrupted anyway
+// returns instead of waiting on.
+class SigintGuard {
+public:
+    SigintGuard() {
+        struct sigaction sa {};
+        sa.sa_handler = on_sigint;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = 0;
+        sigaction(SIGINT, &sa, &old_);
+    }
+    ~SigintGuard() { sigaction(SIGINT, &old_, nullptr); }
+    SigintGuard(const SigintGuard &) = delete;
+    SigintGuard &operator=(const SigintGuard &) = delete;
+
+private:
+    struct sigaction old_ {};
+};
+
+enum class ReadResult { Line, Eof, Interrupted };
+
+ReadResult read_line(std::string &line) {
+    line.clear();
+    char *buf = nullptr;
+    size_t cap = 0;
+    errno = 0;
+    const ssize_t n = getline(&buf, &cap, stdin);
+    const int err = errno;
+    if (n >= 0) line.assign(buf, (size_t)n);
+    std::free(buf);
+    if (n < 0) {
+        const bool interrupted = g_interrupted.load() || err == EINTR;
+        clearerr(stdin);
+        return interrupted ? ReadResult::Interrupted : ReadResult::Eof;
+    }
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    return ReadResult::Line;
+}
+
+void out(const std::string &s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+}
+
+int run_chat(const ChatOptions &o) {
+    if (o.n_predict < -1) fail("-n: expected -1 (until end of turn) or a count >= 0, found {}", o.n_predict);
+
+    auto model = o.model.load();
+    const text::Vocab vocab = text::Vocab::load(model->file());
+    std::string note;
+    const text::ChatTemplate tmpl =
+        text::select_chat_template(model->file(), vocab, o.chat_template, o.chat_template_file, &note);
+    if (!note.empty()) std::fprintf(stderr, "toy: %s\n", note.c_str());
+    {
+        // a template that cannot render a first exchange is an error now, not at every message
+        std::vector<text::Message> probe;
+        if (!o.system_prompt.empty()) probe.push_back({"system", o.system_prompt});
+        probe.push_back({"user", "Hello"});
+        tmpl.apply(probe, true);
+    }
+
+    Session session(*model, o.model.session_options());
+    print_notes(session);
+    text::Sampler sampler(o.sampling);
+    text::Conversation chat(tmpl, o.system_prompt);
+    // the cache's size, or fewer where a model has only so many learned positions
+    int64_t n_ctx = session.n_ctx();
+    if (model->config().pos == PosKind::Learned) n_ctx = std::min<int64_t>(n_ctx, model->config().n_ctx_train);
+    std::fprintf(stderr, "toy: chat template %s, context %lld tokens; /reset starts over, /exit or Ctrl-D quits\n",
+                 tmpl.name().c_str(), (long long)n_ctx);
+
+    SigintGuard sigint;
+    std::string line;
+    for (;;) {
+        g_interrupted.store(false);
+        g_at_prompt.store(true);
+        out("> ");
+        const ReadResult rr = read_line(line);
+        g_at_prompt.store(false);
+        if (rr == ReadResult::Interrupted) {
+            out("\n");
+            return 130;  // the shell's code for "ended by SIGINT"
+        }
+        if (rr == ReadResult::Eof) {
+            out("\n");
+            return 0;
+        }
+        const std::string command = line.substr(0, line.find_last_not_of(" \t") + 1);
+        if (command == "/exit" || command == "/quit") return 0;
+        if (command == "/reset") {
+            chat.clear();
+            session.reset();
+            sampler.reset();
+            std::fprintf(stderr, "toy: history and cache cleared\n");
+            continue;
+        }
+        if (line.empty()) continue;
+
+        text::Conversation::Turn turn;
+        try {
+            turn = chat.prepare(line);
+        } catch (const Error &e) {  // e.g. a template that insists on alternating roles
+            std::fprintf(stderr, "toy: error: %s\n", e.what());
+            continue;
+        }
+        const std::vector<int32_t> prompt = text::tokenize_rendered(vocab, turn.rendered, turn.from);
+        const int64_t base = turn.reset ? 0 : session.n_past();
+        if (base + (int64_t)prompt.size() > n_ctx) {
+            std::fprintf(stderr, "toy: context full: this message needs %zu tokens, %lld of %lld are free; /reset starts over\n",
+                         prompt.size(), (long long)(n_ctx - base), (long long)n_ctx);
+            continue;
+        }
+        if (turn.reset) {
+            if (o.verbose) std::fprintf(stderr, "[the template changed earlier turns: re-reading the conversation]\n");
+            session.reset();
+            sampler.reset();
+        }
+
+        const auto t_prompt = Clock::now();
+        if (!prompt.empty()) session.eval(prompt);
+        const double prompt_ms = ms_since(t_prompt);
+        for (int32_t t : prompt) sampler.accept(t);
+        chat.commit(turn);
+
+        // Every token printed has been evaluated, so the cache always holds
+        // exactly the history's text.
+        text::Detokenizer stream(vocab);
+        std::string reply;
+        int n_gen = 0;
+        bool full = false;
+        const auto t_gen = Clock::now();
+        while (!g_interrupted.load() && (o.n_predict < 0 || n_gen < o.n_predict)) {
+            const int32_t next = sampler.sample({session.last_logits(), (size_t)session.n_vocab()});
+            sampler.accept(next);
+            if (vocab.is_eog(next)) break;
+            if (session.n_past() >= n_ctx) {
+                full = true;
+                break;
+            }
+            session.eval(std::span<const int32_t>(&next, 1));
+            ++n_gen;
+            const std::string piece = stream.push(next);
+            reply += piece;
+            out(piece);
+        }
+        const double gen_ms = ms_since(t_gen);
+        const std::string rest = stream.flush();
+        reply += rest;
+        out(rest + "\n");
+        chat.add_reply(reply);
+
+        if (full) {
+            std::fprintf(stderr, "toy: context full (%lld tokens): reply cut short; /reset starts over\n",
+                         (long long)n_ctx);
+        } else if (g_interrupted.load()) {
+            std::fprintf(stderr, "toy: reply stopped\n");
+        }
+        if (o.verbose) {
+            std::fprintf(stderr, "[n_past %lld/%lld] prompt %zu tokens, %.1f t/s | reply %d tokens, %.1f t/s\n",
+                         (long long)session.n_past(), (long long)n_ctx, prompt.size(),
+                         prompt_ms > 0 ? prompt.size() / (prompt_ms / 1000.0) : 0.0, n_gen,
+                         gen_ms > 0 ? n_gen / (gen_ms / 1000.0) : 0.0);
+        }
+    }
+}
+
+Command reg("chat", "Chat with a model in the terminal (multi-turn, keeps the KV cache)", [](CLI::App &app) {
+    auto o = std::make_shared<ChatOptions>();
+    o->model.add_to(app);
+    app.add_option("-n,--n-predict", o->n_predict, "tokens per reply at most (-1: until end of turn or full context)");
+    add_sampling_flags(app, o->sampling);
+    app.add_option("--chat-template", o->chat_template,
+                   "built-in template (chatml, gemma, llama2, llama3, mistral, zephyr) or Jinja source; "
+                   "default: the model's tokenizer.chat_template, else chatml");
+    app.add_option("--chat-template-file", o->chat_template_file, "read the Jinja chat template from a file");
+    // llama.cpp also spells it -sys: CLI11 takes that only through main.cpp's alias table
+    app.add_option("--system-prompt", o->system_prompt, "system message that opens the conversation");
+    app.add_flag("-v,--verbose", o->verbose, "timings and cache use after each reply (stderr)");
+    return [o] { return run_chat(*o); };
+});
+
+}  // namespace
+}  // namespace toy::cli
