@@ -49,10 +49,8 @@ TEST(Cli, RunGreedyMatchesLlamaCpp) {
 TEST(Cli, RunTeacherForcedGreedyTokens) {
     // stories260K.json: greedy ids after its 32 teacher-forced tokens
     auto ref = toy::test::read_json(toy::test::shared_path("models/stories260K.json"));
-    std::string ids;
-    for (int t : ref["tokens"]) ids += (ids.empty() ? "" : ",") + std::to_string(t);
-    std::string expected;
-    for (int t : ref["greedy"]) expected += (expected.empty() ? "" : " ") + std::to_string(t);
+    const std::string ids = toy::test::join_ids(ref["tokens"].get<std::vector<int>>());
+    const std::string expected = toy::test::join_ids(ref["greedy"].get<std::vector<int>>(), " ");
     Result r = run_toy("run -m " + kStories + " --tokens " + ids + " -n 48 --temp 0 -c 256");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out, expected + "\n");
@@ -101,8 +99,7 @@ TEST(Cli, UnknownFlagIsRejected) {
 TEST(Cli, LogitsMatchesReferenceFile) {
     toy::test::TempDir dir;
     auto ref = toy::test::read_json(toy::test::fixture_path("qwen2.f32.json"));
-    std::string ids;
-    for (int t : ref["tokens"]) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+    const std::string ids = toy::test::join_ids(ref["tokens"].get<std::vector<int>>());
     for (std::string mode : {"", " --stepwise"}) {
         Result r = run_toy("logits -m " + toy::test::fixture_path("qwen2.f32.gguf") + " --tokens " + ids +
                            " -ctk f32 -ctv f32 -fa off -c 256 -o " + dir.file("out.f32") + mode);
@@ -120,7 +117,9 @@ TEST(Cli, TraceNamesMatchLlamaCpp) {
     ASSERT_EQ(r.code, 0) << r.err;
     for (const char *name : {"inp_embd", "attn_norm-0", "Qcur-0", "Kcur-0", "Vcur-0", "kqv_out-1", "ffn_inp-1",
                              "ffn_out-1", "l_out-1", "result_norm", "result_output", "ffn_moe_topk-0"}) {
-        EXPECT_NE(r.err.find(std::string(" ") + name + " "), std::string::npos) << name << "\n" << r.err;
+        std::string padded = " ";
+        padded.append(name).append(" ");
+        EXPECT_NE(r.err.find(padded), std::string::npos) << name << "\n" << r.err;
     }
     EXPECT_NE(r.err.find("experts:"), std::string::npos);
     EXPECT_NE(r.err.find("nan=0"), std::string::npos);
@@ -132,6 +131,22 @@ TEST(Cli, DumpWeight) {
                        " --dump-weight blk.0.attn_q.weight -o " + dir.file("w.f32"));
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(toy::test::read_f32(dir.file("w.f32")).size(), 256u * 256u);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Cli, RunGeneratesFromEveryArchitecture) {
+    for (const char *name : {"llama-tied.f32", "qwen2.f32", "qwen3.f32", "gemma2.f32", "mixtral.f32", "qwen3moe.f32",
+                             "olmoe.f32", "gpt2.f32", "granite.f32", "llama-256.q4_k_m"}) {
+        Result r = run_toy(std::string("run -m ") + toy::test::fixture_path(std::string(name) + ".gguf") +
+                           " -p 'Hello there' -n 8 --temp 0 --ignore-eos --json");
+        ASSERT_EQ(r.code, 0) << name << ": " << r.err;
+        auto j = nlohmann::json::parse(r.out);
+        EXPECT_EQ(j["tokens"].size(), 8u) << name;
+        EXPECT_GT(j["prompt_tokens"].size(), 1u) << name;
+    }
 }
 
 }  // namespace

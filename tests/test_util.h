@@ -34,6 +34,17 @@ inline std::vector<float> read_f32(const std::string &path) {
     return v;
 }
 
+// "1,2,3" (or with another separator) from ids, for command lines and comparisons.
+template <class Ints>
+std::string join_ids(const Ints &ids, const char *sep = ",") {
+    std::string out;
+    for (auto id : ids) {
+        if (!out.empty()) out.append(sep);
+        out.append(std::to_string(id));
+    }
+    return out;
+}
+
 // The fixture README's metric: per row, max |got - ref| / (max(ref) - min(ref)).
 struct RowStats {
     double d_max = 0;          // worst row

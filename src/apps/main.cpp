@@ -91,6 +91,10 @@ int main(int argc, char **argv) {
     } catch (const std::bad_alloc &) {
         std::fprintf(stderr, "toy: error: out of memory\n");
         return 1;
+    } catch (const std::exception &e) {
+        // not a toy::Error: a bug, but still one line and a clean exit
+        std::fprintf(stderr, "toy: error: internal: %s\n", e.what());
+        return 1;
     }
     return 0;
 }
