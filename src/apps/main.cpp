@@ -78,8 +78,14 @@ int main(int argc, char **argv) {
     try {
         auto args = normalize_args(argc, argv);
         app.parse(args);
+    } catch (const CLI::Success &e) {
+        return app.exit(e);  // --help, --version
     } catch (const CLI::ParseError &e) {
-        return app.exit(e);
+        // bad flags: one line, exit code 1, like every other error
+        std::string what = e.what();
+        std::replace(what.begin(), what.end(), '\n', ' ');
+        std::fprintf(stderr, "toy: error: %s (see --help)\n", what.c_str());
+        return 1;
     }
     try {
         for (auto &[sub, handler] : handlers) {
