@@ -15,6 +15,7 @@ namespace toy::cli {
 struct ModelFlags {
     std::string model_path;
     bool no_mmap = false;
+    bool no_repack = false;
     std::string weight_type;   // "" or q8_0
     int64_t n_ctx = 0;
     int64_t n_batch = 2048;
