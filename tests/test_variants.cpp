@@ -1,6 +1,7 @@
-// RoPE scaling and sliding-window variants no shared fixture covers: the
-// fixture's tensors with extra metadata, against llama.cpp's logits for the
-// same file (tests/data), and Llama-3 factors computed from metadata.
+// Parity cases no shared fixture covers, against llama.cpp's logits in
+// tests/data: RoPE scaling and sliding-window variants (the fixture's tensors
+// with extra metadata), Llama-3 factors computed from metadata, and
+// Q8_0-quantized mixture-of-experts models.
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
 #include "runtime/session.h"
@@ -33,11 +34,12 @@ std::string build_variant(const test::TempDir &dir, const Variant &v) {
     return out;
 }
 
-void expect_matches(const std::string &model_path, const std::string &ref_json, const std::string &ref_logits) {
+void expect_matches(const std::string &model_path, const std::string &ref_json, const std::string &ref_logits,
+                    const LoadOptions &load = {}) {
     auto meta = test::read_json(ref_json);
     auto tokens = meta["tokens"].get<std::vector<int32_t>>();
     auto ref = test::read_f32(ref_logits);
-    auto model = Model::load(model_path);
+    auto model = Model::load(model_path, load);
     SessionOptions o;
     o.n_ctx = 256;
     o.type_k = o.type_v = GGML_TYPE_F32;
@@ -114,6 +116,19 @@ TEST(RopeVariant, Llama3FactorsFromMetadataEqualTheTensor) {
     ASSERT_EQ(got.size(), expected.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5 * expected[i]) << i;
     expect_matches(path, test::fixture_path("llama3-rope.f32.json"), test::fixture_path("llama3-rope.f32.logits.f32"));
+}
+
+TEST(QuantizedMoe, MatchesLlamaCpp) {
+    // mixtral / qwen3moe / olmoe fixtures quantized by llama-quantize to Q8_0:
+    // experts through ggml_mul_mat_id on quantized stacks, repacked or mapped
+    for (const std::string name : {"mixtral.q8_0", "qwen3moe.q8_0", "olmoe.q8_0"}) {
+        SCOPED_TRACE(name);
+        const std::string data = std::string(TOY_SOURCE_DIR) + "/tests/data/" + name;
+        expect_matches(data + ".gguf", data + ".json", data + ".logits.f32");
+        LoadOptions mapped;
+        mapped.repack = false;
+        expect_matches(data + ".gguf", data + ".json", data + ".logits.f32", mapped);
+    }
 }
 
 }  // namespace

@@ -1,0 +1,186 @@
+// `toy bench`: the JSON it prints has llama-bench's fields and sane values
+// (never timing thresholds: speed is measured by bench/compare.sh, not here),
+// bad flags fail with one line, and the roofline byte count is what a decode
+// step reads.
+#include "model/model.h"
+#include "runtime/bandwidth.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+const std::string kTied = std::string(TOY_SHARED_DIR) + "/fixtures/llama-tied.f32.gguf";
+const std::string kUntied = std::string(TOY_SHARED_DIR) + "/fixtures/llama-untied.f16.gguf";
+
+struct RunResult {
+    int exit_code = -1;
+    std::string out;  // stdout
+    std::string err;  // stderr
+};
+
+std::string shell_quote(const std::string &s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+RunResult run_toy(const std::string &args) {
+    char tmpl[] = "/tmp/toy-bench-test-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd >= 0) close(fd);
+    std::string cmd = shell_quote(TOY_BIN) + " " + args + " 2>" + tmpl;
+    RunResult r;
+    FILE *p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    int status = pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (FILE *e = std::fopen(tmpl, "r")) {
+        while ((n = fread(buf, 1, sizeof buf, e)) > 0) r.err.append(buf, n);
+        std::fclose(e);
+    }
+    std::remove(tmpl);
+    return r;
+}
+
+int count_lines(const std::string &s) {
+    int n = 0;
+    for (char c : s) n += c == '\n';
+    return n + (!s.empty() && s.back() != '\n');
+}
+
+TEST(Bench, JsonHasLlamaBenchFields) {
+    RunResult r = run_toy("bench -m " + shell_quote(kTied) + " -p 8 -n 4 -r 2 -t 1 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    ASSERT_TRUE(j.is_array());
+    ASSERT_EQ(j.size(), 2u);
+    const auto &pp = j[0], &tg = j[1];
+    EXPECT_EQ(pp["n_prompt"], 8);
+    EXPECT_EQ(pp["n_gen"], 0);
+    EXPECT_EQ(pp["test"], "pp8");
+    EXPECT_EQ(tg["n_prompt"], 0);
+    EXPECT_EQ(tg["n_gen"], 4);
+    EXPECT_EQ(tg["test"], "tg4");
+    for (const auto &t : j) {
+        for (const char *key : {"n_prompt", "n_gen", "avg_ts", "stddev_ts", "avg_ns", "stddev_ns", "samples_ts",
+                                "samples_ns", "model_filename", "model_type", "model_size", "model_n_params",
+                                "n_threads", "type_k", "type_v", "flash_attn", "n_batch", "n_ubatch", "load_ms",
+                                "load_first_eval_ms", "peak_rss_bytes"}) {
+            EXPECT_TRUE(t.contains(key)) << key;
+        }
+        EXPECT_GT(t["avg_ts"].get<double>(), 0.0);
+        EXPECT_GE(t["stddev_ts"].get<double>(), 0.0);
+        ASSERT_EQ(t["samples_ts"].size(), 2u);
+        ASSERT_EQ(t["samples_ns"].size(), 2u);
+        for (const auto &s : t["samples_ts"]) EXPECT_GT(s.get<double>(), 0.0);
+        EXPECT_EQ(t["model_filename"], kTied);
+        EXPECT_EQ(t["n_threads"], 1);
+        EXPECT_EQ(t["type_k"], "f16");
+        EXPECT_EQ(t["type_v"], "f16");
+        EXPECT_EQ(t["flash_attn"], -1);
+        EXPECT_GT(t["model_size"].get<int64_t>(), 0);
+        EXPECT_GT(t["model_n_params"].get<int64_t>(), 0);
+        EXPECT_GE(t["load_ms"].get<double>(), 0.0);
+        EXPECT_GE(t["load_first_eval_ms"].get<double>(), t["load_ms"].get<double>());
+        EXPECT_GT(t["peak_rss_bytes"].get<int64_t>(), 0);
+    }
+}
+
+TEST(Bench, CommaListsZeroSkipsAndCacheFlags) {
+    RunResult r = run_toy("bench -m " + shell_quote(kTied) +
+                          " -p 4,8 -n 0 -r 1 -t 1 -ctk q8_0 -ctv q8_0 -fa on --no-warmup -o json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    ASSERT_EQ(j.size(), 2u);
+    EXPECT_EQ(j[0]["n_prompt"], 4);
+    EXPECT_EQ(j[1]["n_prompt"], 8);
+    for (const auto &t : j) {
+        EXPECT_EQ(t["n_gen"], 0);
+        EXPECT_EQ(t["type_k"], "q8_0");
+        EXPECT_EQ(t["type_v"], "q8_0");
+        EXPECT_EQ(t["flash_attn"], 1);
+        EXPECT_EQ(t["samples_ts"].size(), 1u);
+    }
+}
+
+TEST(Bench, MarkdownTable) {
+    RunResult r = run_toy("bench -m " + shell_quote(kTied) + " -p 8 -n 4 -r 1 -t 1");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("| model"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("t/s"), std::string::npos);
+    EXPECT_NE(r.out.find(" pp8 |"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" tg4 |"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("peak RSS"), std::string::npos);
+}
+
+TEST(Bench, BadFlagsFailWithOneLine) {
+    const std::string m = "bench -m " + shell_quote(kTied) + " -t 1 ";
+    for (const std::string &args : {m + "-p abc", m + "-p 8,-1", m + "-n 4x", m + "-r 0", m + "-ctk q4_0", m + "-fa maybe",
+                                   m + "-o csv", std::string("bench -p 8"),
+                                   std::string("bench -m /nonexistent/model.gguf -p 8")}) {
+        SCOPED_TRACE(args);
+        RunResult r = run_toy(args);
+        EXPECT_EQ(r.exit_code, 1);
+        EXPECT_EQ(count_lines(r.err), 1) << r.err;
+        EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
+        EXPECT_TRUE(r.out.empty()) << r.out;
+    }
+    // unknown flags are rejected by the argument parser (its own exit code)
+    EXPECT_NE(run_toy(m + "--no-such-flag").exit_code, 0);
+}
+
+TEST(Bench, RooflineJson) {
+    RunResult r = run_toy("bench --roofline --roofline-mib 64 -t 1 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    ASSERT_EQ(j.size(), 1u);
+    EXPECT_GT(j[0]["bandwidth_gbs"].get<double>(), 0.0);
+    EXPECT_EQ(j[0]["n_threads"], 1);
+    EXPECT_GE(j[0]["buffer_bytes"].get<int64_t>(), 64 << 20);
+
+    r = run_toy("bench -m " + shell_quote(kTied) + " --roofline --roofline-mib 64 -n 4 -r 1 -t 1 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    ASSERT_EQ(j.size(), 1u);  // roofline mode runs pp only when -p is given
+    EXPECT_EQ(j[0]["n_gen"], 4);
+    EXPECT_GT(j[0]["ceiling_ts"].get<double>(), 0.0);
+    EXPECT_GT(j[0]["ceiling_fraction"].get<double>(), 0.0);
+    EXPECT_EQ(j[0]["bytes_per_token"].get<int64_t>(),
+              j[0]["weight_bytes_per_token"].get<int64_t>() + j[0]["kv_bytes_per_token"].get<int64_t>());
+}
+
+TEST(Bench, DecodeBytesTiedCountsTheWholeEmbedding) {
+    auto m = toy::Model::load(kTied);
+    ASSERT_TRUE(m->weights().tied_output);
+    const auto &c = m->config();
+    toy::DecodeBytes b = toy::decode_bytes_per_token(*m, 10, GGML_TYPE_F16, GGML_TYPE_F16);
+    // the output projection reads the (tied) embedding in full: every weight byte counts
+    EXPECT_EQ(b.weights, m->weight_bytes());
+    EXPECT_EQ(b.kv, (size_t)(c.n_layer * 10 * (c.n_embd_k_gqa() + c.n_embd_v_gqa()) * 2));
+    toy::DecodeBytes q = toy::decode_bytes_per_token(*m, 10, GGML_TYPE_Q8_0, GGML_TYPE_F32);
+    const size_t k_row = (size_t)c.n_embd_k_gqa() / 32 * 34;
+    EXPECT_EQ(q.kv, (size_t)c.n_layer * 10 * (k_row + (size_t)c.n_embd_v_gqa() * 4));
+}
+
+TEST(Bench, DecodeBytesUntiedCountsOneEmbeddingRow) {
+    auto m = toy::Model::load(kUntied);
+    ASSERT_FALSE(m->weights().tied_output);
+    const ggml_tensor *e = m->weights().tok_embd;
+    toy::DecodeBytes b = toy::decode_bytes_per_token(*m, 1, GGML_TYPE_F16, GGML_TYPE_F16);
+    EXPECT_EQ(b.weights, m->weight_bytes() - ggml_nbytes(e) + ggml_row_size(e->type, e->ne[0]));
+}
+
+}  // namespace
