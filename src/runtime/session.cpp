@@ -50,6 +50,11 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
     if (!backend_) fail("could not start the CPU backend");
     const int n_threads = opts.n_threads > 0 ? opts.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
     ggml_backend_cpu_set_n_threads(backend_, n_threads);
+    // one thread pool for the session's life: no per-graph setup
+    ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
+    threadpool_ = ggml_threadpool_new(&tpp);
+    if (!threadpool_) fail("could not start a pool of {} threads", n_threads);
+    ggml_backend_cpu_set_threadpool(backend_, threadpool_);
 
     // KV cache: one K and one V tensor per layer, in one zeroed buffer (masked
     // cells are multiplied by zero weights; they must not hold NaNs)
@@ -88,12 +93,14 @@ Session::~Session() {
     if (kv_buf_) ggml_backend_buffer_free(kv_buf_);
     if (kv_ctx_) ggml_free(kv_ctx_);
     if (backend_) ggml_backend_free(backend_);
+    if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
 void Session::reset() {
+    // cells past n_past are masked, and they hold finite values from earlier
+    // evals (the buffer was zeroed once at allocation), so nothing to clear
     n_past_ = 0;
     logits_.clear();
-    ggml_backend_buffer_clear(kv_buf_, 0);
 }
 
 KvStats Session::kv_stats() const {

@@ -8,6 +8,7 @@
 #include "runtime/trace.h"
 
 #include <ggml-backend.h>
+#include <ggml-cpu.h>
 
 #include <cstdio>
 #include <span>
@@ -76,6 +77,7 @@ private:
     std::vector<std::string> notes_;
 
     ggml_backend_t backend_ = nullptr;
+    ggml_threadpool_t threadpool_ = nullptr;
     ggml_backend_sched_t sched_ = nullptr;
 
     // KV cache
