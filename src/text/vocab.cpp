@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <queue>
 
 namespace toy::text {
@@ -545,28 +546,25 @@ void merge_into_left(std::vector<Symbol> &syms, int left, int right) {
     if (r.next >= 0) syms[r.next].prev = left;
 }
 
-}  // namespace
-
-// SentencePiece BPE: repeatedly merge the adjacent pair whose concatenation
-// is the highest-scoring token (leftmost on ties); what remains unmatched
-// falls back to byte tokens.
-void Vocab::tokenize_spm(std::string_view s, std::vector<int32_t> &out) const {
-    std::vector<Symbol> syms = split_chars(s);
+// The merge loop SPM and BPE share: repeatedly merge the adjacent pair with
+// the highest priority (leftmost on ties). `priority(l, r)` gives a pair's
+// priority, or nothing when the pair may not merge.
+template <class Priority>
+void merge_pairs(std::string_view text, std::vector<Symbol> &syms, Priority priority) {
     struct Candidate {
         int left, right;
-        float score;
+        double priority;
         size_t size;
     };
     const auto worse = [](const Candidate &a, const Candidate &b) {
-        return a.score < b.score || (a.score == b.score && a.left > b.left);
+        return a.priority < b.priority || (a.priority == b.priority && a.left > b.left);
     };
     std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> queue(worse);
     const auto propose = [&](int left, int right) {
         if (left < 0 || right < 0) return;
-        const size_t size = syms[left].n + syms[right].n;
-        const int32_t id = find_token(s.substr(syms[left].off, size));
-        if (id == kNoToken) return;
-        queue.push({left, right, tokens_[id].score, size});
+        const Symbol &l = syms[left], &r = syms[right];
+        const std::optional<double> p = priority(text.substr(l.off, l.n), text.substr(r.off, r.n));
+        if (p) queue.push({left, right, *p, l.n + r.n});
     };
     for (int i = 1; i < (int)syms.size(); ++i) propose(i - 1, i);
     while (!queue.empty()) {
@@ -578,6 +576,21 @@ void Vocab::tokenize_spm(std::string_view s, std::vector<int32_t> &out) const {
         propose(syms[c.left].prev, c.left);
         propose(c.left, syms[c.left].next);
     }
+}
+
+}  // namespace
+
+// SentencePiece BPE: repeatedly merge the adjacent pair whose concatenation
+// is the highest-scoring token (leftmost on ties); what remains unmatched
+// falls back to byte tokens.
+void Vocab::tokenize_spm(std::string_view s, std::vector<int32_t> &out) const {
+    std::vector<Symbol> syms = split_chars(s);
+    // SPM: a pair merges when the joined text is a token; higher score first
+    merge_pairs(s, syms, [&](std::string_view l, std::string_view r) -> std::optional<double> {
+        const int32_t id = find_token(std::string_view(l.data(), l.size() + r.size()));
+        if (id == kNoToken) return std::nullopt;
+        return tokens_[id].score;
+    });
     for (int i = syms.empty() ? -1 : 0; i != -1; i = syms[i].next) {
         const std::string_view piece = s.substr(syms[i].off, syms[i].n);
         const int32_t id = find_token(piece);
@@ -615,32 +628,12 @@ void Vocab::bpe_word(std::string_view word, std::vector<int32_t> &out) const {
         }
     }
     std::vector<Symbol> syms = split_chars(word);
-    struct Candidate {
-        int left, right;
-        int rank;
-        size_t size;
-    };
-    const auto worse = [](const Candidate &a, const Candidate &b) {
-        return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-    };
-    std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> queue(worse);
-    const auto propose = [&](int left, int right) {
-        if (left < 0 || right < 0) return;
-        const Symbol &l = syms[left], &r = syms[right];
-        const int rank = merge_rank(word.substr(l.off, l.n), word.substr(r.off, r.n));
-        if (rank < 0) return;
-        queue.push({left, right, rank, l.n + r.n});
-    };
-    for (int i = 1; i < (int)syms.size(); ++i) propose(i - 1, i);
-    while (!queue.empty()) {
-        const Candidate c = queue.top();
-        queue.pop();
-        const Symbol &l = syms[c.left], &r = syms[c.right];
-        if (l.n == 0 || r.n == 0 || l.n + r.n != c.size) continue;  // stale
-        merge_into_left(syms, c.left, c.right);
-        propose(syms[c.left].prev, c.left);
-        propose(c.left, syms[c.left].next);
-    }
+    // BPE: a pair merges when the merge list has it; lowest rank first
+    merge_pairs(word, syms, [&](std::string_view l, std::string_view r) -> std::optional<double> {
+        const int rank = merge_rank(l, r);
+        if (rank < 0) return std::nullopt;
+        return -(double)rank;
+    });
     for (int i = 0; i != -1; i = syms[i].next) {
         const std::string_view piece = word.substr(syms[i].off, syms[i].n);
         const int32_t id = find_token(piece);
