@@ -93,7 +93,9 @@ TEST(Model, PerHeadCheckpointMissingHeadIsAnError) {
 
 TEST(Model, NoMmapCopiesAndMatches) {
     const std::string path = test::fixture_path("llama-untied.f32.gguf");
-    auto mapped = Model::load(path);
+    LoadOptions in_place;
+    in_place.fuse = false;  // fused matrices are copies
+    auto mapped = Model::load(path, in_place);
     LoadOptions o;
     o.use_mmap = false;
     auto copied = Model::load(path, o);
@@ -107,7 +109,8 @@ TEST(Model, RequantizeToQ8) {
     LoadOptions o;
     o.weight_type = GGML_TYPE_Q8_0;
     auto m = Model::load(test::fixture_path("llama-256.f32.gguf"), o);
-    EXPECT_EQ(m->weights().layers[0].wq->type, GGML_TYPE_Q8_0);
+    EXPECT_EQ(m->weights().layers[0].wqkv->type, GGML_TYPE_Q8_0);
+    EXPECT_EQ(m->weights().layers[0].ffn_down->type, GGML_TYPE_Q8_0);
     EXPECT_EQ(m->weights().layers[0].attn_norm->type, GGML_TYPE_F32);
     // the same blocks llama-quantize wrote into the q8_0 fixture
     auto q8 = Model::load(test::fixture_path("llama-256.q8_0.gguf"));
@@ -260,6 +263,33 @@ TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
         auto s = test::compare_rows(batched_logits(*m, tokens), ref, 512);
         EXPECT_LE(s.d_max, 2e-2);
         EXPECT_GE(s.argmax_equal, 0.95);
+    }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Model, FusedProjectionsGiveIdenticalLogits) {
+    for (const std::string name : {"qwen2.f32", "llama-256.q8_0", "gemma2.f32", "olmoe.f32"}) {
+        SCOPED_TRACE(name);
+        LoadOptions separate;
+        separate.fuse = false;
+        auto fused = Model::load(test::fixture_path(name + ".gguf"));
+        auto split = Model::load(test::fixture_path(name + ".gguf"), separate);
+        const LayerWeights &l = fused->weights().layers[0];
+        EXPECT_NE(l.wqkv, nullptr);
+        EXPECT_EQ(l.wq, nullptr);
+        EXPECT_EQ(split->weights().layers[0].wqkv, nullptr);
+        if (!fused->config().is_moe()) {
+            EXPECT_NE(l.ffn_gate_up, nullptr);
+        }
+        auto tokens = fixture_tokens(name);
+        EXPECT_EQ(batched_logits(*fused, tokens), batched_logits(*split, tokens));
+        // the file's names still read back
+        EXPECT_TRUE(fused->has_weight("blk.0.attn_k.weight"));
+        EXPECT_EQ(fused->read_weight("blk.0.attn_k.weight"), split->read_weight("blk.0.attn_k.weight"));
+        EXPECT_FALSE(fused->has_weight("blk.0.attn_qkv.weight"));
     }
 }
 

@@ -626,6 +626,14 @@ std::vector<int64_t> File::get_int_array(std::string_view key) const {
 
 // ------------------------------------------------------------- File tensors
 
+void File::release(const void *p, size_t n) const {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) / page * page;
+    const uintptr_t hi = ((uintptr_t)p + n) / page * page;
+    if (lo < (uintptr_t)base_) lo = (uintptr_t)base_;
+    if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
+}
+
 const TensorInfo *File::find_tensor(std::string_view name) const {
     auto it = tensor_index_.find(std::string(name));
     return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

@@ -94,6 +94,10 @@ public:
     uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
     uint64_t file_size() const { return size_; }
     const uint8_t *mapping() const { return base_; }
+    // Tells the kernel the pages wholly inside [p, p+n) of the mapping are not
+    // needed now (after their bytes were copied elsewhere): they leave the
+    // resident set and are read from the file again if touched.
+    void release(const void *p, size_t n) const;
 
     // ---- metadata ----
     const std::vector<KeyValue> &metadata() const { return kv_; }

@@ -22,18 +22,30 @@ ggml_tensor *rope(ggml_context *ctx, ggml_tensor *x, const AttnContext &a) {
                          r.ext_factor, r.attn_factor, r.beta_fast, r.beta_slow);
 }
 
+// [n_heads * head_dim, T] -> [head_dim, n_heads, T]: a reshape, or a strided
+// view when x is itself a view into a wider (fused) projection.
+ggml_tensor *split_heads(ggml_context *ctx, ggml_tensor *x, int64_t head_dim, int64_t n_heads) {
+    if (ggml_is_contiguous(x)) return ggml_reshape_3d(ctx, x, head_dim, n_heads, x->ne[1]);
+    return ggml_view_3d(ctx, x, head_dim, n_heads, x->ne[1], ggml_row_size(x->type, head_dim), x->nb[1], 0);
+}
+
 // Self-attention of one layer: projections, q/k norm, rope, cache write,
 // attention, output projection. x: [n_embd, T] (normed). Returns [n_embd, T].
 ggml_tensor *self_attention(ggml_context *ctx, ggml_tensor *x, const LayerWeights &l, int il, const AttnContext &a) {
     const Config &c = a.c;
     const int64_t T = x->ne[1];
+    // projections as [rows, T]: one fused matmul (views into its rows) or three
     ggml_tensor *q, *k, *v;
-    if (c.fused_qkv) {
+    if (l.wqkv) {
         ggml_tensor *qkv = linear(ctx, l.wqkv, x, l.bqkv);  // [n_q + n_k + n_v, T]
         const size_t es = ggml_element_size(qkv);
-        q = ggml_cont(ctx, ggml_view_2d(ctx, qkv, c.n_embd_q(), T, qkv->nb[1], 0));
-        k = ggml_cont(ctx, ggml_view_2d(ctx, qkv, c.n_embd_k_gqa(), T, qkv->nb[1], es * c.n_embd_q()));
-        v = ggml_cont(ctx, ggml_view_2d(ctx, qkv, c.n_embd_v_gqa(), T, qkv->nb[1], es * (c.n_embd_q() + c.n_embd_k_gqa())));
+        q = ggml_view_2d(ctx, qkv, c.n_embd_q(), T, qkv->nb[1], 0);
+        k = ggml_view_2d(ctx, qkv, c.n_embd_k_gqa(), T, qkv->nb[1], es * c.n_embd_q());
+        v = ggml_view_2d(ctx, qkv, c.n_embd_v_gqa(), T, qkv->nb[1], es * (c.n_embd_q() + c.n_embd_k_gqa()));
+        // biases that could not be fused with each other (types differ)
+        if (l.bq) q = ggml_add(ctx, q, l.bq);
+        if (l.bk) k = ggml_add(ctx, k, l.bk);
+        if (l.bv) v = ggml_add(ctx, v, l.bv);
     } else {
         q = linear(ctx, l.wq, x, l.bq);
         k = linear(ctx, l.wk, x, l.bk);
@@ -43,9 +55,9 @@ ggml_tensor *self_attention(ggml_context *ctx, ggml_tensor *x, const LayerWeight
         q = norm(ctx, q, l.q_norm, nullptr, NormKind::Rms, c.norm_eps);
         k = norm(ctx, k, l.k_norm, nullptr, NormKind::Rms, c.norm_eps);
     }
-    q = ggml_reshape_3d(ctx, q, c.head_dim_k, c.n_head, T);
-    k = ggml_reshape_3d(ctx, k, c.head_dim_k, c.n_head_kv, T);
-    v = ggml_reshape_3d(ctx, v, c.head_dim_v, c.n_head_kv, T);
+    q = split_heads(ctx, q, c.head_dim_k, c.n_head);
+    k = split_heads(ctx, k, c.head_dim_k, c.n_head_kv);
+    v = split_heads(ctx, v, c.head_dim_v, c.n_head_kv);
     if (c.qk_norm == QkNormKind::PerHead) {
         q = named(norm(ctx, q, l.q_norm, nullptr, NormKind::Rms, c.norm_eps), "Qcur_normed", il);
         k = named(norm(ctx, k, l.k_norm, nullptr, NormKind::Rms, c.norm_eps), "Kcur_normed", il);

@@ -2,6 +2,7 @@
 
 #include <ggml-cpu.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace toy {
@@ -111,6 +112,50 @@ bool buft_supports_matmul(ggml_backend_buffer_type_t buft, ggml_type type, const
     return ok;
 }
 
+// One weight on its way to a ggml tensor.
+struct Entry {
+    std::string name;
+    std::vector<int64_t> ne;
+    TensorRole role;
+    ggml_tensor **slot;
+    Model::Source src;
+    ggml_type type;  // the bound type (the source's, or Q8_0 when requantized)
+};
+
+// Replaces the entries bound to `parts` (in that order) by one entry whose
+// rows are theirs stacked: [ne0, sum of ne1]. Only when all are present and
+// share their source and bound types and ne0.
+void fuse_rows(std::vector<Entry> &entries, std::initializer_list<ggml_tensor **> parts, ggml_tensor **slot,
+               const std::string &name) {
+    std::vector<std::vector<Entry>::iterator> found;
+    for (ggml_tensor **p : parts) {
+        auto it = std::find_if(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == p; });
+        if (it == entries.end()) return;
+        const bool matrix = it->ne.size() > 1;  // matrices stack rows of equal length; vectors just append
+        if (!found.empty() && (it->type != found[0]->type || it->src.type != found[0]->src.type ||
+                               it->ne.size() != found[0]->ne.size() || (matrix && it->ne[0] != found[0]->ne[0]))) {
+            return;
+        }
+        found.push_back(it);
+    }
+    Entry fused{name, found[0]->ne, found[0]->role, slot, {}, found[0]->type};
+    fused.src.type = found[0]->src.type;
+    int64_t rows = 0;
+    for (auto it : found) {
+        rows += it->ne.size() > 1 ? it->ne[1] : it->ne[0];
+        fused.src.parts.insert(fused.src.parts.end(), it->src.parts.begin(), it->src.parts.end());
+        fused.src.part_bytes.insert(fused.src.part_bytes.end(), it->src.part_bytes.begin(), it->src.part_bytes.end());
+    }
+    if (fused.ne.size() > 1) {
+        fused.ne[1] = rows;
+    } else {
+        fused.ne[0] = rows;  // biases: vectors stacked end to end
+    }
+    std::sort(found.begin(), found.end(), [](auto a, auto b) { return a > b; });  // erase from the back
+    for (auto it : found) entries.erase(it);
+    entries.push_back(std::move(fused));
+}
+
 }  // namespace
 
 std::vector<uint8_t> Model::Source::joined() const {
@@ -155,25 +200,15 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     m->ctx_ = ggml_init(ip);
     if (!m->ctx_) fail("out of memory creating the weight context");
 
-    // Pass 1: find each tensor, check it, create its ggml tensor and decide
-    // whether it can stay in the mapping.
-    struct Plan {
-        ggml_tensor *t;
-        Model::Source src;
-        bool zero_copy;
-        ggml_backend_buffer_type_t extra;  // AMX / repack buffer type, or null
-    };
-    const std::vector<ggml_backend_buffer_type_t> extra_bufts =
-        opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
-    std::vector<Plan> plans;
+    // 1. Find each tensor's bytes, check them, decide the bound type.
+    std::vector<Entry> entries;
     for (const TensorSpec &spec : specs) {
         Model::Source src;
-        std::vector<int64_t> found_ne;
         if (const auto *info = f.find_tensor(spec.name)) {
-            found_ne.assign(info->ne.begin(), info->ne.begin() + std::max(info->n_dims, 1));
-            while (found_ne.size() < spec.ne.size()) found_ne.push_back(1);
-            while (found_ne.size() > spec.ne.size() && found_ne.back() == 1) found_ne.pop_back();
-            if (found_ne != spec.ne) {
+            std::vector<int64_t> found(info->ne.begin(), info->ne.begin() + std::max(info->n_dims, 1));
+            while (found.size() < spec.ne.size()) found.push_back(1);
+            while (found.size() > spec.ne.size() && found.back() == 1) found.pop_back();
+            if (found != spec.ne) {
                 fail("{}: tensor '{}': expected shape {}, found {}", f.path(), spec.name, shape_str(spec.ne),
                      info->shape_string());
             }
@@ -182,12 +217,10 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             src.part_bytes.push_back(info->nbytes);
         } else {
             std::vector<const gguf::TensorInfo *> heads;
-            const bool is_q = spec.slot == &m->w_.layers[std::max(spec.layer, 0)].wq;
-            const bool is_k = spec.slot == &m->w_.layers[std::max(spec.layer, 0)].wk;
-            const bool is_v = spec.slot == &m->w_.layers[std::max(spec.layer, 0)].wv;
-            if (spec.layer >= 0 && (is_q || is_k || is_v)) {
-                const int64_t nh = is_q ? c.n_head : c.n_head_kv;
-                const int64_t hd = is_v ? c.head_dim_v : c.head_dim_k;
+            const LayerWeights *l = spec.layer >= 0 ? &m->w_.layers[spec.layer] : nullptr;
+            if (l && (spec.slot == &l->wq || spec.slot == &l->wk || spec.slot == &l->wv)) {
+                const int64_t nh = spec.slot == &l->wq ? c.n_head : c.n_head_kv;
+                const int64_t hd = spec.slot == &l->wv ? c.head_dim_v : c.head_dim_k;
                 heads = find_heads(f, spec.name, nh, c.n_embd, hd);
             }
             if (heads.empty()) {
@@ -203,28 +236,54 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             }
         }
         check_type(f, spec, src.type);
-
-        ggml_type type = src.type;
         const bool requant = opts.weight_type == GGML_TYPE_Q8_0 &&
                              (spec.role == TensorRole::Linear || spec.role == TensorRole::Experts) &&
                              (src.type == GGML_TYPE_F32 || src.type == GGML_TYPE_F16) &&
                              spec.ne[0] % ggml_blck_size(GGML_TYPE_Q8_0) == 0;
-        if (requant) type = GGML_TYPE_Q8_0;
-        ggml_tensor *t = ggml_new_tensor(m->ctx_, type, (int)spec.ne.size(), spec.ne.data());
-        ggml_set_name(t, spec.name.c_str());
-        *spec.slot = t;
+        Entry e{spec.name, spec.ne, spec.role, spec.slot, std::move(src), requant ? GGML_TYPE_Q8_0 : GGML_TYPE_COUNT};
+        if (!requant) e.type = e.src.type;
+        std::array<int64_t, 4> ne4{1, 1, 1, 1};
+        std::copy(e.ne.begin(), e.ne.end(), ne4.begin());
+        m->stored_[e.name] = {e.src, e.type, ne4};
+        entries.push_back(std::move(e));
+    }
+
+    // 2. Fuse projections one matmul can compute together.
+    if (opts.fuse) {
+        for (int il = 0; il < c.n_layer; ++il) {
+            LayerWeights &l = m->w_.layers[il];
+            fuse_rows(entries, {&l.wq, &l.wk, &l.wv}, &l.wqkv, fmt::format("blk.{}.attn_qkv.weight", il));
+            fuse_rows(entries, {&l.bq, &l.bk, &l.bv}, &l.bqkv, fmt::format("blk.{}.attn_qkv.bias", il));
+            fuse_rows(entries, {&l.ffn_gate, &l.ffn_up}, &l.ffn_gate_up, fmt::format("blk.{}.ffn_gate_up.weight", il));
+        }
+    }
+
+    // 3. Create the tensors; choose where each lives.
+    struct Plan {
+        ggml_tensor *t;
+        const Entry *e;
+        bool zero_copy;
+        ggml_backend_buffer_type_t extra;  // a CPU extra (repack) buffer type, or null
+    };
+    const std::vector<ggml_backend_buffer_type_t> extra_bufts =
+        opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
+    std::vector<Plan> plans;
+    for (const Entry &e : entries) {
+        ggml_tensor *t = ggml_new_tensor(m->ctx_, e.type, (int)e.ne.size(), e.ne.data());
+        ggml_set_name(t, e.name.c_str());
+        *e.slot = t;
         // the first extra buffer type whose kernel takes this matrix
         ggml_backend_buffer_type_t extra = nullptr;
-        if (spec.role == TensorRole::Linear || spec.role == TensorRole::Experts) {
+        if (e.role == TensorRole::Linear || e.role == TensorRole::Experts) {
             for (auto *b : extra_bufts) {
-                if (buft_supports_matmul(b, type, spec.ne.data(), (int)spec.ne.size())) {
+                if (buft_supports_matmul(b, e.type, e.ne.data(), (int)e.ne.size())) {
                     extra = b;
                     break;
                 }
             }
         }
-        const bool zero_copy = opts.use_mmap && !requant && !extra && src.parts.size() == 1;
-        plans.push_back({t, std::move(src), zero_copy, extra});
+        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !extra && e.src.parts.size() == 1;
+        plans.push_back({t, &e, zero_copy, extra});
     }
     Weights &w = m->w_;
     if (!w.output) {
@@ -232,7 +291,9 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         w.tied_output = true;
     }
 
-    // Pass 2: bind. Mapped tensors first, then one buffer for the rest.
+    // 4. Bind: mapped tensors in place, then one buffer per extra buffer type
+    // (binding selects the layout, setting the bytes converts them), then one
+    // plain buffer for the remaining copies.
     bool any_mapped = false;
     for (const Plan &p : plans) any_mapped |= p.zero_copy;
     if (any_mapped) {
@@ -241,13 +302,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_buffer_set_usage(m->mmap_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         for (const Plan &p : plans) {
             if (!p.zero_copy) continue;
-            if (ggml_backend_tensor_alloc(m->mmap_buf_, p.t, const_cast<void *>(p.src.parts[0])) != GGML_STATUS_SUCCESS) {
-                fail("{}: could not bind tensor '{}' in place", f.path(), ggml_get_name(p.t));
+            if (ggml_backend_tensor_alloc(m->mmap_buf_, p.t, const_cast<void *>(p.e->src.parts[0])) != GGML_STATUS_SUCCESS) {
+                fail("{}: could not bind tensor '{}' in place", f.path(), p.e->name);
             }
         }
     }
-    // Matrices for the CPU's extra kernels: one buffer per buffer type;
-    // binding a tensor there selects its layout, setting its bytes converts them.
     for (auto *buft : extra_bufts) {
         const size_t align = ggml_backend_buft_get_alignment(buft);
         size_t size = 0;
@@ -264,7 +323,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         for (const Plan &p : plans) {
             if (p.extra != buft) continue;
             if (ggml_backend_tensor_alloc(buf, p.t, base + at) != GGML_STATUS_SUCCESS) {
-                fail("{}: could not bind tensor '{}' in a {} buffer", f.path(), ggml_get_name(p.t), ggml_backend_buft_name(buft));
+                fail("{}: could not bind tensor '{}' in a {} buffer", f.path(), p.e->name, ggml_backend_buft_name(buft));
             }
             at += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, p.t), align);
         }
@@ -273,31 +332,31 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     if (m->copy_buf_) ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (const Plan &p : plans) {
         if (p.zero_copy) continue;
-        std::vector<uint8_t> bytes = convert_source(p.src, p.t->type, p.t->ne, ggml_nelements(p.t));
+        std::vector<uint8_t> bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
         ggml_backend_tensor_set(p.t, bytes.data(), 0, bytes.size());
-        if (p.extra) m->repacked_sources_[p.t] = p.src;
+        for (size_t i = 0; i < p.e->src.parts.size(); ++i) f.release(p.e->src.parts[i], p.e->src.part_bytes[i]);
     }
     return m;
 }
 
-ggml_tensor *Model::find_weight(const std::string &name) const {
-    if (ggml_tensor *t = ggml_get_tensor(ctx_, name.c_str())) return t;
-    if (name == "output.weight" && w_.tied_output) return w_.tok_embd;
-    return nullptr;
+bool Model::has_weight(const std::string &name) const {
+    return stored_.count(name) > 0 || (name == "output.weight" && w_.tied_output);
 }
 
 std::vector<float> Model::read_weight(const std::string &name, std::array<int64_t, 4> *ne) const {
-    ggml_tensor *t = find_weight(name);
-    if (!t) fail("{}: no weight named '{}'", path(), name);
-    std::vector<uint8_t> raw;
-    if (auto it = repacked_sources_.find(t); it != repacked_sources_.end()) {
-        raw = convert_source(it->second, t->type, t->ne, ggml_nelements(t));
-    } else {
-        raw.resize(ggml_nbytes(t));
-        ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
-    }
-    if (ne) *ne = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
-    return to_f32(raw.data(), t->type, ggml_nelements(t));
+    auto it = stored_.find(name == "output.weight" && w_.tied_output ? "token_embd.weight" : name);
+    if (it == stored_.end()) fail("{}: no weight named '{}'", path(), name);
+    const Stored &s = it->second;
+    const int64_t n = s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3];
+    std::vector<uint8_t> raw = convert_source(s.src, s.type, s.ne.data(), n);
+    if (ne) *ne = s.ne;
+    return to_f32(raw.data(), s.type, n);
+}
+
+std::vector<const ggml_tensor *> Model::bound_tensors() const {
+    std::vector<const ggml_tensor *> out;
+    for (ggml_tensor *t = ggml_get_first_tensor(ctx_); t; t = ggml_get_next_tensor(ctx_, t)) out.push_back(t);
+    return out;
 }
 
 size_t Model::weight_bytes() const {

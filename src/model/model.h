@@ -1,9 +1,11 @@
 // Model: a GGUF file opened, its Config read, and its tensors bound for ggml.
 //
 // By default weights are zero-copy: ggml tensors point into the read-only
-// mapping of the file. With use_mmap = false, or when a tensor must be
-// transformed (per-head checkpoints assembled into fused projections, F32/F16
-// requantized to Q8_0), the bytes are copied into a backend buffer instead.
+// mapping of the file. A tensor is copied into a backend buffer instead when
+// it must be transformed: per-head checkpoints assembled, Q|K|V and gate|up
+// fused into one matrix each, F32/F16 requantized to Q8_0, or rows repacked
+// for a faster CPU kernel; with use_mmap = false, every tensor is copied.
+// The mapping's pages of copied tensors are released after the copy.
 #pragma once
 
 #include "gguf/gguf_reader.h"
@@ -30,6 +32,9 @@ struct LoadOptions {
     // preferring them in the backend's order, as llama.cpp does. Those tensors
     // are copied out of the mapping.
     bool repack = true;
+    // One matmul for Q|K|V and one for gate|up where the parts share a type:
+    // fewer, larger matrix products per layer (same results, row by row).
+    bool fuse = true;
 };
 
 class Model {
@@ -44,9 +49,13 @@ public:
     const gguf::File &file() const { return *file_; }
     const std::string &path() const { return file_->path(); }
 
-    // Any weight, by GGUF name, as float32 on the host (dequantized).
+    // Any weight of the file, by GGUF name, as float32 on the host, with the
+    // values the engine computes with (dequantized; requantized when asked).
     std::vector<float> read_weight(const std::string &name, std::array<int64_t, 4> *ne = nullptr) const;
-    ggml_tensor *find_weight(const std::string &name) const;
+    bool has_weight(const std::string &name) const;
+    // The tensors the graph uses (fused ones under their own names, e.g.
+    // blk.0.attn_qkv.weight), for byte accounting.
+    std::vector<const ggml_tensor *> bound_tensors() const;
 
     size_t weight_bytes() const;      // bytes of all bound weights
     size_t copied_bytes() const;      // of which copied into backend buffers
@@ -72,8 +81,15 @@ private:
     ggml_backend_buffer_t copy_buf_ = nullptr;      // copied / transformed tensors
     std::vector<ggml_backend_buffer_t> extra_bufs_; // matrices in the CPU's AMX / repack layouts
     bool per_head_ = false;
-    // the repack layout cannot be read back: read_weight() converts these instead
-    std::unordered_map<const ggml_tensor *, Source> repacked_sources_;
+    // every weight of the file by name: where its bytes are and what it is
+    // bound as; read_weight() converts from here (backend layouts such as the
+    // repacked ones cannot be read back, fused ones have no tensor of their own)
+    struct Stored {
+        Source src;
+        ggml_type type;
+        std::array<int64_t, 4> ne;
+    };
+    std::unordered_map<std::string, Stored> stored_;
 };
 
 }  // namespace toy

@@ -14,12 +14,14 @@ namespace toy {
 
 struct LayerWeights {
     ggml_tensor *attn_norm = nullptr, *attn_norm_b = nullptr;
+    // wqkv: [n_embd, n_q + n_k + n_v], from the file (gpt2) or fused at load
     ggml_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr, *wqkv = nullptr, *wo = nullptr;
     ggml_tensor *bq = nullptr, *bk = nullptr, *bv = nullptr, *bqkv = nullptr, *bo = nullptr;
     ggml_tensor *q_norm = nullptr, *k_norm = nullptr;
     ggml_tensor *post_attn_norm = nullptr;
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;
     ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
+    ggml_tensor *ffn_gate_up = nullptr;  // [n_embd, 2*n_ff]: gate rows then up rows, fused at load
     ggml_tensor *ffn_up_b = nullptr, *ffn_down_b = nullptr;
     ggml_tensor *post_ffn_norm = nullptr;
     ggml_tensor *ffn_gate_inp = nullptr;                                      // router [n_embd, n_expert]

@@ -14,7 +14,11 @@ bool is_traced_name(std::string_view n) {
     static constexpr std::string_view kPerLayer[] = {"attn_norm-", "Qcur-", "Kcur-", "Vcur-", "kqv_out-",
                                                      "ffn_inp-", "ffn_out-", "l_out-", "ffn_moe_topk-"};
     for (auto e : kExact) if (n == e) return true;
-    for (auto p : kPerLayer) if (n.starts_with(p)) return true;
+    // per-layer names are exactly "<name>-<layer>" (not derived views like "Kcur-0 (view)")
+    for (auto p : kPerLayer) {
+        if (!n.starts_with(p) || n.size() == p.size()) continue;
+        if (n.find_first_not_of("0123456789", p.size()) == std::string_view::npos) return true;
+    }
     return false;
 }
 
