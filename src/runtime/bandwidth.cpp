@@ -140,16 +140,13 @@ DecodeBytes decode_bytes_per_token(const Model &model, int64_t n_ctx_tokens, ggm
     const Config &c = model.config();
     const Weights &w = model.weights();
     DecodeBytes b;
-    std::set<const ggml_tensor *> seen;
-    for (const TensorSpec &spec : tensor_specs(c)) {
-        const ggml_tensor *t = model.find_weight(spec.name);
-        if (!t || !seen.insert(t).second) continue;
+    for (const ggml_tensor *t : model.bound_tensors()) {
         size_t n = ggml_nbytes(t);
         const bool gathered = (t == w.tok_embd && !w.tied_output) || t == w.pos_embd;
         if (gathered) {
             n = ggml_row_size(t->type, t->ne[0]);  // get_rows reads one row per token
-        } else if (spec.role == TensorRole::Experts && c.n_expert > 0) {
-            n = n / (size_t)c.n_expert * (size_t)c.n_expert_used;
+        } else if (c.n_expert > 0 && ggml_n_dims(t) == 3) {
+            n = n / (size_t)c.n_expert * (size_t)c.n_expert_used;  // stacked experts: only the chosen are read
         }
         b.weights += n;
     }
