@@ -5,6 +5,8 @@
 #include "model/model.h"
 #include "runtime/bandwidth.h"
 
+#include "test_util.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -18,38 +20,8 @@ namespace {
 const std::string kTied = std::string(TOY_SHARED_DIR) + "/fixtures/llama-tied.f32.gguf";
 const std::string kUntied = std::string(TOY_SHARED_DIR) + "/fixtures/llama-untied.f16.gguf";
 
-struct RunResult {
-    int exit_code = -1;
-    std::string out;  // stdout
-    std::string err;  // stderr
-};
-
-std::string shell_quote(const std::string &s) {
-    std::string out = "'";
-    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
-RunResult run_toy(const std::string &args) {
-    char tmpl[] = "/tmp/toy-bench-test-XXXXXX";
-    int fd = mkstemp(tmpl);
-    if (fd >= 0) close(fd);
-    std::string cmd = shell_quote(TOY_BIN) + " " + args + " 2>" + tmpl;
-    RunResult r;
-    FILE *p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    int status = pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (FILE *e = std::fopen(tmpl, "r")) {
-        while ((n = fread(buf, 1, sizeof buf, e)) > 0) r.err.append(buf, n);
-        std::fclose(e);
-    }
-    std::remove(tmpl);
-    return r;
-}
+using toy::test::run_toy;
+using toy::test::shell_quote;
 
 int count_lines(const std::string &s) {
     int n = 0;
@@ -58,8 +30,8 @@ int count_lines(const std::string &s) {
 }
 
 TEST(Bench, JsonHasLlamaBenchFields) {
-    RunResult r = run_toy("bench -m " + shell_quote(kTied) + " -p 8 -n 4 -r 2 -t 1 --json");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    toy::test::CommandResult r = run_toy("bench -m " + shell_quote(kTied) + " -p 8 -n 4 -r 2 -t 1 --json");
+    ASSERT_EQ(r.code, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.out;
     ASSERT_TRUE(j.is_array());
@@ -97,9 +69,9 @@ TEST(Bench, JsonHasLlamaBenchFields) {
 }
 
 TEST(Bench, CommaListsZeroSkipsAndCacheFlags) {
-    RunResult r = run_toy("bench -m " + shell_quote(kTied) +
+    toy::test::CommandResult r = run_toy("bench -m " + shell_quote(kTied) +
                           " -p 4,8 -n 0 -r 1 -t 1 -ctk q8_0 -ctv q8_0 -fa on --no-warmup -o json");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(r.code, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.out;
     ASSERT_EQ(j.size(), 2u);
@@ -115,8 +87,8 @@ TEST(Bench, CommaListsZeroSkipsAndCacheFlags) {
 }
 
 TEST(Bench, MarkdownTable) {
-    RunResult r = run_toy("bench -m " + shell_quote(kTied) + " -p 8 -n 4 -r 1 -t 1");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    toy::test::CommandResult r = run_toy("bench -m " + shell_quote(kTied) + " -p 8 -n 4 -r 1 -t 1");
+    ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find("| model"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("t/s"), std::string::npos);
     EXPECT_NE(r.out.find(" pp8 |"), std::string::npos) << r.out;
@@ -130,19 +102,19 @@ TEST(Bench, BadFlagsFailWithOneLine) {
                                    m + "-o csv", std::string("bench -p 8"),
                                    std::string("bench -m /nonexistent/model.gguf -p 8")}) {
         SCOPED_TRACE(args);
-        RunResult r = run_toy(args);
-        EXPECT_EQ(r.exit_code, 1);
+        toy::test::CommandResult r = run_toy(args);
+        EXPECT_EQ(r.code, 1);
         EXPECT_EQ(count_lines(r.err), 1) << r.err;
         EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
         EXPECT_TRUE(r.out.empty()) << r.out;
     }
     // unknown flags are rejected by the argument parser (its own exit code)
-    EXPECT_NE(run_toy(m + "--no-such-flag").exit_code, 0);
+    EXPECT_NE(run_toy(m + "--no-such-flag").code, 0);
 }
 
 TEST(Bench, RooflineJson) {
-    RunResult r = run_toy("bench --roofline --roofline-mib 64 -t 1 --json");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    toy::test::CommandResult r = run_toy("bench --roofline --roofline-mib 64 -t 1 --json");
+    ASSERT_EQ(r.code, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.out;
     ASSERT_EQ(j.size(), 1u);
@@ -151,7 +123,7 @@ TEST(Bench, RooflineJson) {
     EXPECT_GE(j[0]["buffer_bytes"].get<int64_t>(), 64 << 20);
 
     r = run_toy("bench -m " + shell_quote(kTied) + " --roofline --roofline-mib 64 -n 4 -r 1 -t 1 --json");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(r.code, 0) << r.err;
     j = nlohmann::json::parse(r.out, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.out;
     ASSERT_EQ(j.size(), 1u);  // roofline mode runs pp only when -p is given

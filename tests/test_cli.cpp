@@ -10,28 +10,8 @@
 
 namespace {
 
-struct Result {
-    int code;
-    std::string out;  // stdout
-    std::string err;  // stderr
-};
-
-Result run_toy(const std::string &args) {
-    toy::test::TempDir dir;
-    const std::string err_file = dir.file("stderr");
-    const std::string cmd = std::string(TOY_BIN) + " " + args + " 2>" + err_file;
-    Result r{};
-    FILE *p = popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf{};
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-    const int status = pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    FILE *e = fopen(err_file.c_str(), "r");
-    while (e && (n = fread(buf.data(), 1, buf.size(), e)) > 0) r.err.append(buf.data(), n);
-    if (e) fclose(e);
-    return r;
-}
+using Result = toy::test::CommandResult;
+using toy::test::run_toy;
 
 const std::string kStories = toy::test::shared_path("models/stories260K.gguf");
 

@@ -2,6 +2,8 @@
 // JSON form, and on files that are not GGUF.
 #include "gguf/gguf_reader.h"
 
+#include "test_util.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -15,28 +17,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using toy::test::shell_quote;
+
+// toy inspect's stdout, with stderr appended when `merge_stderr`.
 struct RunResult {
-    int exit_code = -1;
-    std::string output;  // stdout, then stderr when merge is set
+    int exit_code;
+    std::string output;
 };
-
-std::string shell_quote(const std::string &s) {
-    std::string out = "'";
-    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
 RunResult run_toy(const std::string &args, bool merge_stderr) {
-    std::string cmd = shell_quote(TOY_BIN) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-    RunResult r;
-    FILE *p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-    int status = pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    auto r = toy::test::run_toy(args);
+    return {r.code, merge_stderr ? r.out + r.err : r.out};
 }
 
 std::vector<std::string> shared_gguf_files() {

@@ -11,38 +11,25 @@
 
 namespace {
 
-struct Outcome {
-    int code;
-    std::string output;  // stdout and stderr
-};
-
-Outcome run_fetch(const std::string &cache_dir) {
-    const std::string cmd = std::string(TOY_SOURCE_DIR) + "/scripts/fetch-ggml.sh '" + cache_dir + "' 2>&1";
-    FILE *p = popen(cmd.c_str(), "r");
-    Outcome o{};
-    std::array<char, 512> buf{};
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.output.append(buf.data(), n);
-    const int status = pclose(p);
-    o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return o;
+toy::test::CommandResult run_fetch(const std::string &cache_dir) {
+    return toy::test::run_command(std::string(TOY_SOURCE_DIR) + "/scripts/fetch-ggml.sh " + toy::test::shell_quote(cache_dir));
 }
 
 TEST(Setup, CachedCheckoutIsReused) {
     // the build's own checkout lives in <cache>/llama.cpp-3.22.1
     const std::filesystem::path src(TOY_LLAMA_SOURCE_DIR);
-    Outcome o = run_fetch(src.parent_path().string());
-    EXPECT_EQ(o.code, 0) << o.output;
-    EXPECT_EQ(o.output, src.string() + "\n");
+    auto o = run_fetch(src.parent_path().string());
+    EXPECT_EQ(o.code, 0) << o.err;
+    EXPECT_EQ(o.out, src.string() + "\n");
 }
 
 TEST(Setup, TamperedTarballStopsWithAClearMessage) {
     toy::test::TempDir dir;
     std::filesystem::create_directories(dir.path / "npm");
     std::ofstream(dir.path / "npm" / "node-llama-cpp-3.22.1.tgz") << "not the package";
-    Outcome o = run_fetch(dir.path.string());
+    auto o = run_fetch(dir.path.string());
     EXPECT_EQ(o.code, 1);
-    EXPECT_NE(o.output.find("does not match the pinned sha512"), std::string::npos) << o.output;
+    EXPECT_NE(o.err.find("does not match the pinned sha512"), std::string::npos) << o.err;
     EXPECT_FALSE(std::filesystem::exists(dir.path / "llama.cpp-3.22.1"));
 }
 

@@ -2,13 +2,16 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -77,6 +80,42 @@ inline RowStats compare_rows(const std::vector<float> &got, const std::vector<fl
     s.argmax_equal = rows ? (double)agree / rows : 1.0;
     return s;
 }
+
+// Quotes a string for a POSIX shell command line.
+inline std::string shell_quote(const std::string &s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+struct CommandResult {
+    int code = -1;    // exit code (-1 when killed by a signal)
+    std::string out;  // stdout
+    std::string err;  // stderr
+};
+
+// Runs a shell command line, capturing stdout and stderr separately.
+inline CommandResult run_command(const std::string &cmd) {
+    char err_path[] = "/tmp/toy-test-stderr-XXXXXX";
+    const int fd = mkstemp(err_path);
+    if (fd >= 0) close(fd);
+    CommandResult r;
+    FILE *p = popen((cmd + " 2>" + err_path).c_str(), "r");
+    if (p) {
+        char buf[65536];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+        const int status = pclose(p);
+        r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::ifstream e(err_path, std::ios::binary);
+    r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+    std::remove(err_path);
+    return r;
+}
+
+// Runs the toy executable under test with these arguments.
+inline CommandResult run_toy(const std::string &args) { return run_command(shell_quote(TOY_BIN) + " " + args); }
 
 // A scratch directory removed at the end of the test.
 struct TempDir {
