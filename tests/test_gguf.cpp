@@ -5,6 +5,8 @@
 #include "gguf/gguf_writer.h"
 
 #include <gguf.h>
+#include "test_util.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -408,18 +410,7 @@ TEST(GgufValue, HelpersRoundTrip) {
 
 // ---------------------------------------------------------------- writing
 
-std::vector<std::string> shared_gguf_files() {
-    std::vector<std::string> out;
-    for (const char *sub : {"fixtures", "models", "models/vocab"}) {
-        fs::path dir = fs::path(TOY_SHARED_DIR) / sub;
-        if (!fs::is_directory(dir)) continue;
-        for (const auto &e : fs::directory_iterator(dir)) {
-            if (e.is_regular_file() && e.path().extension() == ".gguf") out.push_back(e.path().string());
-        }
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
+using toy::test::shared_gguf_files;
 
 void expect_same(const File &a, const File &b) {
     ASSERT_EQ(a.metadata().size(), b.metadata().size());

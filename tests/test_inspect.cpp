@@ -29,18 +29,7 @@ RunResult run_toy(const std::string &args, bool merge_stderr) {
     return {r.code, merge_stderr ? r.out + r.err : r.out};
 }
 
-std::vector<std::string> shared_gguf_files() {
-    std::vector<std::string> out;
-    for (const char *sub : {"fixtures", "models", "models/vocab"}) {
-        fs::path dir = fs::path(TOY_SHARED_DIR) / sub;
-        if (!fs::is_directory(dir)) continue;
-        for (const auto &e : fs::directory_iterator(dir)) {
-            if (e.is_regular_file() && e.path().extension() == ".gguf") out.push_back(e.path().string());
-        }
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
+using toy::test::shared_gguf_files;
 
 TEST(Inspect, TextNamesArchitectureForEverySharedFile) {
     auto files = shared_gguf_files();

@@ -117,6 +117,20 @@ inline CommandResult run_command(const std::string &cmd) {
 // Runs the toy executable under test with these arguments.
 inline CommandResult run_toy(const std::string &args) { return run_command(shell_quote(TOY_BIN) + " " + args); }
 
+// Every .gguf in ../shared's fixtures, models and models/vocab, sorted.
+inline std::vector<std::string> shared_gguf_files() {
+    std::vector<std::string> out;
+    for (const char *sub : {"fixtures", "models", "models/vocab"}) {
+        const std::filesystem::path dir = std::filesystem::path(TOY_SHARED_DIR) / sub;
+        if (!std::filesystem::is_directory(dir)) continue;
+        for (const auto &e : std::filesystem::directory_iterator(dir)) {
+            if (e.is_regular_file() && e.path().extension() == ".gguf") out.push_back(e.path().string());
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 // A scratch directory removed at the end of the test.
 struct TempDir {
     std::filesystem::path path;

@@ -546,6 +546,25 @@ void merge_into_left(std::vector<Symbol> &syms, int left, int right) {
     if (r.next >= 0) syms[r.next].prev = left;
 }
 
+// Each symbol left after merging as its token, or as byte tokens when its
+// text is no token (bytes without a byte token are dropped).
+template <class FindToken, class ByteToken>
+void emit_symbols(std::string_view text, const std::vector<Symbol> &syms, std::vector<int32_t> &out, FindToken find,
+                  ByteToken byte) {
+    for (int i = syms.empty() ? -1 : 0; i != -1; i = syms[i].next) {
+        const std::string_view piece = text.substr(syms[i].off, syms[i].n);
+        const int32_t id = find(piece);
+        if (id != Vocab::kNoToken) {
+            out.push_back(id);
+            continue;
+        }
+        for (char c : piece) {
+            const int32_t b = byte((uint8_t)c);
+            if (b != Vocab::kNoToken) out.push_back(b);
+        }
+    }
+}
+
 // The merge loop SPM and BPE share: repeatedly merge the adjacent pair with
 // the highest priority (leftmost on ties). `priority(l, r)` gives a pair's
 // priority, or nothing when the pair may not merge.
@@ -591,18 +610,8 @@ void Vocab::tokenize_spm(std::string_view s, std::vector<int32_t> &out) const {
         if (id == kNoToken) return std::nullopt;
         return tokens_[id].score;
     });
-    for (int i = syms.empty() ? -1 : 0; i != -1; i = syms[i].next) {
-        const std::string_view piece = s.substr(syms[i].off, syms[i].n);
-        const int32_t id = find_token(piece);
-        if (id != kNoToken) {
-            out.push_back(id);
-            continue;
-        }
-        for (char c : piece) {
-            const int32_t b = byte_token((uint8_t)c);
-            if (b != kNoToken) out.push_back(b);
-        }
-    }
+    emit_symbols(s, syms, out, [&](std::string_view p) { return find_token(p); },
+                 [&](uint8_t b) { return byte_token(b); });
 }
 
 void Vocab::tokenize_bpe(std::string_view raw, std::vector<int32_t> &out) const {
@@ -634,18 +643,8 @@ void Vocab::bpe_word(std::string_view word, std::vector<int32_t> &out) const {
         if (rank < 0) return std::nullopt;
         return -(double)rank;
     });
-    for (int i = 0; i != -1; i = syms[i].next) {
-        const std::string_view piece = word.substr(syms[i].off, syms[i].n);
-        const int32_t id = find_token(piece);
-        if (id != kNoToken) {
-            out.push_back(id);
-            continue;
-        }
-        for (char c : piece) {
-            const int32_t b = byte_token((uint8_t)c);
-            if (b != kNoToken) out.push_back(b);
-        }
-    }
+    emit_symbols(word, syms, out, [&](std::string_view p) { return find_token(p); },
+                 [&](uint8_t b) { return byte_token(b); });
 }
 
 // ---- ids -> text ----
