@@ -126,6 +126,7 @@ int run_generate(const RunOptions &o) {
         std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
         std::printf("\n");
+        std::fflush(stdout);  // the text ends before the timing line starts
         std::fprintf(stderr, "toy: load %.0f ms | prompt %zu tokens, %.1f t/s | generation %zu tokens, %.1f t/s\n",
                      load_ms, prompt.size(), pp_tps, generated.size(), tg_tps);
     }
