@@ -20,7 +20,9 @@
 #   -r, both as JSON; rounds alternate the order (toy first, then llama.cpp
 #   first, ...) so a drifting machine load hits both alike. Both tools do one
 #   warmup run per test, then REPS timed runs from an empty cache; the table
-#   pools the samples of all rounds (mean ± sample stddev of tokens/s).
+#   pools the samples of all rounds (mean ± sample stddev of tokens/s, marked
+#   "(noisy)" above 10% spread) and gives the ratio of means and of medians
+#   (the median shrugs off a few samples hit by another process).
 # - load time and peak RSS: llama-bench reports neither, so both engines do the
 #   same one-shot run under /usr/bin/time -v, ROUNDS times, alternating:
 #   `llama-completion -m M -c 512 -p PROMPT -n 1 -no-cnv --no-warmup` and
@@ -113,6 +115,9 @@ for spec in $MODELS; do
 done
 
 log "results in $RESULTS_DIR (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+if awk '{exit !($1 > 0.5)}' /proc/loadavg; then
+  log "warning: the machine is busy (load average above 0.5); timings will be noisy"
+fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus"
@@ -203,7 +208,9 @@ def fmt_ts(v):
     if not v:
         return "n/a"
     sd = statistics.stdev(v) if len(v) > 1 else 0.0
-    return f"{statistics.mean(v):.2f} ± {sd:.2f}"
+    m = statistics.mean(v)
+    # a spread this wide means something else ran on the machine: see the medians
+    return f"{m:.2f} ± {sd:.2f}" + (" (noisy)" if sd > 0.1 * m else "")
 
 def ratio(a, b):
     return f"{a / b:.2f}" if a and b else "n/a"
@@ -221,8 +228,8 @@ def oneshot(tag, tool):
             rss.append(int(m.group(1)) * 1024)
     return (statistics.median(walls) if walls else None, max(rss) if rss else None)
 
-print(f"| model | test | toy t/s | {llama} t/s | ratio (toy/llama) | toy % of ceiling |")
-print("| --- | --- | ---: | ---: | ---: | ---: |")
+print(f"| model | test | toy t/s | {llama} t/s | ratio (toy/llama) | ratio of medians | toy % of ceiling |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
 roof_lines = []
 for spec in models:
     tag = spec.replace(":", ".")
@@ -240,7 +247,8 @@ for spec in models:
             roof_lines.append(f"| {spec} | {name} | {r['bytes'] / 1e6:.1f} | {r['bw']:.2f} | {c:.1f} | "
                               f"{ma:.2f} ({100 * ma / c:.0f}%) | {mb:.2f} ({100 * mb / c:.0f}%) |" if mb else
                               f"| {spec} | {name} | {r['bytes'] / 1e6:.1f} | {r['bw']:.2f} | {c:.1f} | {ma:.2f} | n/a |")
-        print(f"| {spec} | {name} | {fmt_ts(a)} | {fmt_ts(b)} | {ratio(ma, mb)} | {ceil} |")
+        med = ratio(statistics.median(a) if a else None, statistics.median(b) if b else None)
+        print(f"| {spec} | {name} | {fmt_ts(a)} | {fmt_ts(b)} | {ratio(ma, mb)} | {med} | {ceil} |")
 
 print()
 print(f"| model | toy one-shot ms | {llama} one-shot ms | ratio | toy peak RSS MiB | {llama} peak RSS MiB | ratio |")
