@@ -318,6 +318,8 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                 {"type_v", ggml_type_name(so.type_v)},
                 {"flash_attn", flash_attn_code(o.model.flash_attn)},
                 {"use_mmap", !o.model.no_mmap},
+                {"repack", !o.model.no_repack},
+                {"fuse", !o.model.no_fuse},
                 {"n_ctx", r.n_ctx},
                 {"n_prompt", r.n_prompt},
                 {"n_gen", r.n_gen},
