@@ -11,6 +11,7 @@
 
 #include <ggml.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace toy::graph {
@@ -46,6 +47,9 @@ struct ForwardGraph {
     ggml_tensor *rope_freqs = nullptr;   // F32 [n_rot/2]: Llama-3 factors from metadata (null when unused)
     std::vector<ggml_tensor *> router_choices;  // per MoE layer: I32 [n_expert_used, n_tokens]
 };
+
+// Nodes a forward graph of this model needs at most (for ggml_new_graph_custom).
+inline size_t forward_graph_size(const Config &c) { return std::max<size_t>(2048, (size_t)c.n_layer * 96 + 256); }
 
 // Adds the forward pass to `gf`. Tensors are named as llama.cpp names them
 // (inp_embd, attn_norm-L, Qcur-L, ..., result_output) so traces can be diffed.

@@ -1,7 +1,7 @@
 #include "runtime/sequence.h"
 
 #include "graph/forward.h"
-#include "runtime/mask.h"
+#include "runtime/inputs.h"
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
@@ -15,14 +15,8 @@ namespace toy {
 std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> tokens, int n_threads) {
     const Config &c = model.config();
     const int64_t T = (int64_t)tokens.size();
-    if (T == 0) fail("nothing to evaluate: the token list is empty");
-    if (c.pos == PosKind::Learned && T > c.n_ctx_train) {
-        fail("{} tokens exceed the {} learned positions of {}", T, c.n_ctx_train, model.path());
-    }
-    for (int64_t i = 0; i < T; ++i) {
-        if (tokens[i] < 0 || tokens[i] >= c.n_vocab) fail("token id {} at index {} is out of range", tokens[i], i);
-    }
-    const size_t graph_size = std::max<size_t>(2048, (size_t)c.n_layer * 96 + 256);
+    check_tokens(model, tokens, 0);
+    const size_t graph_size = graph::forward_graph_size(c);
     ggml_init_params ip{ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false), nullptr,
                         true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> ctx(ggml_init(ip), ggml_free);
@@ -40,13 +34,7 @@ std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> to
 
     std::vector<int32_t> pos(T);
     for (int64_t i = 0; i < T; ++i) pos[i] = (int32_t)i;
-    ggml_backend_tensor_set(g.tokens, tokens.data(), 0, T * sizeof(int32_t));
-    ggml_backend_tensor_set(g.pos, pos.data(), 0, T * sizeof(int32_t));
-    set_causal_mask(g.mask, pos, 0);
-    if (g.mask_swa) set_causal_mask(g.mask_swa, pos, c.n_swa);
-    if (g.rope_freqs) {
-        ggml_backend_tensor_set(g.rope_freqs, c.rope.freq_factors.data(), 0, c.rope.freq_factors.size() * sizeof(float));
-    }
+    set_forward_inputs(g, c, tokens, pos);
     if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) fail("graph computation failed");
     std::vector<float> logits((size_t)T * c.n_vocab);
     ggml_backend_tensor_get(g.logits, logits.data(), 0, logits.size() * sizeof(float));

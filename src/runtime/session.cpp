@@ -1,6 +1,6 @@
 #include "runtime/session.h"
 
-#include "runtime/mask.h"
+#include "runtime/inputs.h"
 
 #include <ggml-cpu.h>
 
@@ -79,7 +79,7 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
     if (!kv_buf_) fail("could not allocate the KV cache ({} cells)", n_ctx_);
     ggml_backend_buffer_clear(kv_buf_, 0);
 
-    graph_size_ = std::max<size_t>(2048, (size_t)c.n_layer * 96 + 256);
+    graph_size_ = graph::forward_graph_size(c);
     sched_ = ggml_backend_sched_new(&backend_, nullptr, 1, graph_size_, false, true);
     if (opts.trace) {
         trace_.out = opts.trace;
@@ -109,19 +109,9 @@ KvStats Session::kv_stats() const {
 
 void Session::eval(std::span<const int32_t> tokens, bool all_logits) {
     const int64_t n = (int64_t)tokens.size();
-    if (n == 0) fail("nothing to evaluate: the token list is empty");
+    check_tokens(model_, tokens, n_past_);
     if (n_past_ + n > n_ctx_) {
         fail("context overflow: {} tokens after {} already in a context of {} (raise -c)", n, n_past_, n_ctx_);
-    }
-    const Config &c = model_.config();
-    if (c.pos == PosKind::Learned && n_past_ + n > c.n_ctx_train) {
-        fail("position {} is beyond the {} learned positions of {}", n_past_ + n - 1, c.n_ctx_train, model_.path());
-    }
-    const int64_t n_vocab_model = model_.weights().tok_embd->ne[1];
-    for (int64_t i = 0; i < n; ++i) {
-        if (tokens[i] < 0 || tokens[i] >= n_vocab_model) {
-            fail("token id {} at index {} is out of range: the vocabulary has {} tokens", tokens[i], i, n_vocab_model);
-        }
     }
     const int64_t nv = n_vocab();
     logits_.assign((size_t)(all_logits ? n : 1) * nv, 0.0f);
@@ -157,14 +147,12 @@ void Session::build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs) {
 void Session::set_inputs(std::span<const int32_t> tokens, int64_t n_outputs) {
     const Config &c = model_.config();
     const int64_t T = (int64_t)tokens.size();
-    ggml_backend_tensor_set(g_.tokens, tokens.data(), 0, T * sizeof(int32_t));
     std::vector<int32_t> pos(T);
     std::vector<int64_t> cells(T);
     for (int64_t i = 0; i < T; ++i) {
         pos[i] = (int32_t)(n_past_ + i);
         cells[i] = n_past_ + i;  // one sequence: cell == position
     }
-    ggml_backend_tensor_set(g_.pos, pos.data(), 0, T * sizeof(int32_t));
     ggml_backend_tensor_set(g_.k_idxs, cells.data(), 0, T * sizeof(int64_t));
     if (g_.v_idxs) {
         const int64_t nv = c.n_embd_v_gqa();
@@ -178,11 +166,7 @@ void Session::set_inputs(std::span<const int32_t> tokens, int64_t n_outputs) {
         for (int64_t i = 0; i < n_outputs; ++i) ids[i] = (int32_t)(T - n_outputs + i);
         ggml_backend_tensor_set(g_.out_ids, ids.data(), 0, n_outputs * sizeof(int32_t));
     }
-    if (g_.rope_freqs) {
-        ggml_backend_tensor_set(g_.rope_freqs, c.rope.freq_factors.data(), 0, c.rope.freq_factors.size() * sizeof(float));
-    }
-    set_causal_mask(g_.mask, pos, 0);
-    if (g_.mask_swa) set_causal_mask(g_.mask_swa, pos, c.n_swa);
+    set_forward_inputs(g_, c, tokens, pos);
 }
 
 void Session::eval_ubatch(std::span<const int32_t> tokens, int64_t n_outputs, float *out) {
