@@ -2,6 +2,7 @@
 // malformed model or a bad request must produce.
 #include "core/error.h"
 #include "gguf/gguf_writer.h"
+#include "model/init.h"
 #include "model/model.h"
 #include "runtime/session.h"
 #include "test_util.h"
@@ -291,6 +292,65 @@ TEST(Model, FusedProjectionsGiveIdenticalLogits) {
         EXPECT_EQ(fused->read_weight("blk.0.attn_k.weight"), split->read_weight("blk.0.attn_k.weight"));
         EXPECT_FALSE(fused->has_weight("blk.0.attn_qkv.weight"));
     }
+}
+
+}  // namespace
+
+namespace {
+
+// Which buffer type holds a bound weight ("CPU_Mapped", "AMX", "CPU_REPACK", ...).
+std::string buffer_of(const Model &m, const std::string &name) {
+    for (const ggml_tensor *t : m.bound_tensors()) {
+        if (name == ggml_get_name(t)) return t->buffer ? ggml_backend_buffer_name(t->buffer) : "";
+    }
+    return "";
+}
+
+// On CPUs with AMX the pinned ggml's tile kernel is built with the corrected
+// tile-config operand (cmake/amx_tile_config.h); before that, any quantized
+// batch of more than one row through it died with SIGSEGV. Batched logits
+// through AMX must match llama.cpp's like the other kernels do.
+TEST(Model, AmxWeightsRunBatchesWithinTolerance) {
+    if (!ggml_cpu_has_amx_int8()) GTEST_SKIP() << "this CPU has no AMX-INT8";
+    auto m = Model::load(test::fixture_path("llama-256.q8_0.gguf"));
+    EXPECT_EQ(buffer_of(*m, "blk.0.attn_output.weight"), "AMX");
+    auto tokens = fixture_tokens("llama-256.q8_0");
+    auto ref = test::read_f32(test::fixture_path("llama-256.q8_0.logits.f32"));
+    auto s = test::compare_rows(batched_logits(*m, tokens), ref, 512);
+    EXPECT_LE(s.d_max, 1e-3);
+    EXPECT_EQ(s.argmax_equal, 1.0);
+}
+
+// A tied output projection gets its own copy in a faster kernel's layout
+// where one exists, while the embedding lookup keeps the mapped tensor; the
+// model still reads back and behaves as tied.
+TEST(Model, TiedOutputGetsItsOwnCopyWhereAKernelTakesIt) {
+    test::TempDir dir;
+    InitOptions o = preset_options("custom", "llama");
+    o.type = InitType::Q8_0;
+    o.tied = true;
+    const std::string path = dir.file("tied.gguf");
+    init_model(o, path);
+
+    auto fast = Model::load(path);
+    LoadOptions plain_opts;
+    plain_opts.repack = false;
+    auto plain = Model::load(path, plain_opts);
+    for (const Model *m : {fast.get(), plain.get()}) {
+        EXPECT_TRUE(m->weights().tied_output);
+        EXPECT_TRUE(m->has_weight("output.weight"));
+        EXPECT_EQ(m->read_weight("output.weight"), m->read_weight("token_embd.weight"));
+    }
+    EXPECT_EQ(plain->weights().output, plain->weights().tok_embd);
+    if (fast->repacked_bytes() > 0 && ggml_cpu_has_amx_int8()) {
+        EXPECT_NE(fast->weights().output, fast->weights().tok_embd);
+        EXPECT_EQ(buffer_of(*fast, "output.weight"), "AMX");
+        EXPECT_EQ(buffer_of(*fast, "token_embd.weight"), "CPU_Mapped");
+    }
+    const std::vector<int32_t> tokens{1, 17, 300, 42, 5, 511, 2, 99};
+    auto s = test::compare_rows(batched_logits(*fast, tokens), batched_logits(*plain, tokens), (size_t)o.n_vocab);
+    EXPECT_LE(s.d_max, 1e-3);
+    EXPECT_EQ(s.argmax_equal, 1.0);
 }
 
 }  // namespace

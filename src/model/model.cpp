@@ -1,9 +1,13 @@
 #include "model/model.h"
 
+#include "core/ggml_log.h"
+
 #include <ggml-cpu.h>
 
 #include <algorithm>
 #include <cstring>
+
+#include <sys/mman.h>
 
 namespace toy {
 namespace {
@@ -72,10 +76,9 @@ std::vector<float> to_f32(const void *src, ggml_type type, int64_t n) {
     return out;
 }
 
-// The CPU backend's extra buffer types (repack, ...) in its order of
-// preference; empty when this build has none. AMX is left out: in this ggml
-// (0.25.1) its tile kernel crashes for batches of more than one row on
-// Sapphire Rapids (llama.cpp's own tools crash the same way on q8_0 models).
+// The CPU backend's extra buffer types (AMX, repack, ...) in its order of
+// preference; empty when this build has none. (AMX works only because
+// cmake/amx_tile_config.h fixes a GCC miscompilation of ggml's tile kernel.)
 std::vector<ggml_backend_buffer_type_t> cpu_extra_bufts() {
     std::vector<ggml_backend_buffer_type_t> out;
     ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
@@ -83,10 +86,23 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_bufts() {
     auto get_extra = (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
         ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
     if (!get_extra) return out;
-    for (ggml_backend_buffer_type_t *b = get_extra(dev); b && *b; ++b) {
-        if (std::string(ggml_backend_buft_name(*b)) != "AMX") out.push_back(*b);
-    }
+    for (ggml_backend_buffer_type_t *b = get_extra(dev); b && *b; ++b) out.push_back(*b);
     return out;
+}
+
+// Asks the kernel to back a weight buffer with transparent huge pages before
+// its bytes are written: loading then takes one page fault per 2 MiB instead
+// of per 4 KiB, and decoding, which streams every weight once per token, walks
+// far fewer page-table entries. Advice only; nothing changes where THP is off.
+// For buffers of the CPU device (AMX and repack buffers are not "host" to
+// ggml, as their layout is private, but live in CPU memory all the same).
+void advise_huge_pages(ggml_backend_buffer_t buf) {
+    if (!buf) return;
+    constexpr uintptr_t huge = 2u << 20;
+    const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
+    const uintptr_t lo = (base + huge - 1) / huge * huge;
+    const uintptr_t hi = (base + ggml_backend_buffer_get_size(buf)) / huge * huge;
+    if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_HUGEPAGE);
 }
 
 // Whether the CPU backend can multiply by a weight of this type and shape
@@ -186,6 +202,7 @@ Model::~Model() {
 }
 
 std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &opts) {
+    route_ggml_logs();
     std::unique_ptr<Model> m(new Model());
     m->file_ = gguf::File::open(path);
     const gguf::File &f = *m->file_;
@@ -258,38 +275,48 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
     }
 
-    // 3. Create the tensors; choose where each lives.
+    // 3. Choose where each tensor lives: the first extra buffer type whose
+    // kernel takes the matrix, else in place in the mapping, else a copy.
+    const std::vector<ggml_backend_buffer_type_t> extra_bufts =
+        opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
+    auto extra_for = [&](const Entry &e) -> ggml_backend_buffer_type_t {
+        if (e.role != TensorRole::Linear && e.role != TensorRole::Experts) return nullptr;
+        for (auto *b : extra_bufts) {
+            if (buft_supports_matmul(b, e.type, e.ne.data(), (int)e.ne.size())) return b;
+        }
+        return nullptr;
+    };
+    Weights &w = m->w_;
+    const bool tied = std::none_of(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.output; });
+    if (tied) {
+        // A tied output projection reads the whole embedding every token,
+        // while the lookup reads one row. When an extra buffer type has a
+        // faster kernel for it, the projection gets its own converted copy and
+        // the embedding stays mapped for the lookup (costs one more copy of
+        // the embedding). Otherwise both use the one tensor.
+        auto embd = std::find_if(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.tok_embd; });
+        if (embd != entries.end()) {
+            Entry out{"output.weight", embd->ne, TensorRole::Linear, &w.output, embd->src, embd->type};
+            if (extra_for(out)) entries.push_back(std::move(out));
+        }
+    }
     struct Plan {
         ggml_tensor *t;
         const Entry *e;
         bool zero_copy;
-        ggml_backend_buffer_type_t extra;  // a CPU extra (repack) buffer type, or null
+        ggml_backend_buffer_type_t extra;  // a CPU extra (AMX, repack) buffer type, or null
     };
-    const std::vector<ggml_backend_buffer_type_t> extra_bufts =
-        opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
     std::vector<Plan> plans;
     for (const Entry &e : entries) {
         ggml_tensor *t = ggml_new_tensor(m->ctx_, e.type, (int)e.ne.size(), e.ne.data());
         ggml_set_name(t, e.name.c_str());
         *e.slot = t;
-        // the first extra buffer type whose kernel takes this matrix
-        ggml_backend_buffer_type_t extra = nullptr;
-        if (e.role == TensorRole::Linear || e.role == TensorRole::Experts) {
-            for (auto *b : extra_bufts) {
-                if (buft_supports_matmul(b, e.type, e.ne.data(), (int)e.ne.size())) {
-                    extra = b;
-                    break;
-                }
-            }
-        }
+        ggml_backend_buffer_type_t extra = extra_for(e);
         const bool zero_copy = opts.use_mmap && e.type == e.src.type && !extra && e.src.parts.size() == 1;
         plans.push_back({t, &e, zero_copy, extra});
     }
-    Weights &w = m->w_;
-    if (!w.output) {
-        w.output = w.tok_embd;
-        w.tied_output = true;
-    }
+    w.tied_output = tied;
+    if (!w.output) w.output = w.tok_embd;
 
     // 4. Bind: mapped tensors in place, then one buffer per extra buffer type
     // (binding selects the layout, setting the bytes converts them), then one
@@ -317,6 +344,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
         if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), size, ggml_backend_buft_name(buft));
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        advise_huge_pages(buf);
         m->extra_bufs_.push_back(buf);
         auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(buf));
         size_t at = 0;
@@ -329,11 +357,27 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
     }
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
-    if (m->copy_buf_) ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    if (m->copy_buf_) {
+        ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        advise_huge_pages(m->copy_buf_);
+    }
+    // Fill the copies largest first, releasing each source's mapped pages
+    // right after: the peak resident set is then the copies plus at most one
+    // source (the largest before the copies grow, not after).
+    std::vector<const Plan *> to_fill;
     for (const Plan &p : plans) {
-        if (p.zero_copy) continue;
-        std::vector<uint8_t> bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
-        ggml_backend_tensor_set(p.t, bytes.data(), 0, bytes.size());
+        if (!p.zero_copy) to_fill.push_back(&p);
+    }
+    std::stable_sort(to_fill.begin(), to_fill.end(),
+                     [](const Plan *a, const Plan *b) { return ggml_nbytes(a->t) > ggml_nbytes(b->t); });
+    for (const Plan *pp : to_fill) {
+        const Plan &p = *pp;
+        if (p.e->src.parts.size() == 1 && p.e->src.type == p.t->type) {
+            ggml_backend_tensor_set(p.t, p.e->src.parts[0], 0, p.e->src.part_bytes[0]);
+        } else {
+            std::vector<uint8_t> bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
+            ggml_backend_tensor_set(p.t, bytes.data(), 0, bytes.size());
+        }
         for (size_t i = 0; i < p.e->src.parts.size(); ++i) f.release(p.e->src.parts[i], p.e->src.part_bytes[i]);
     }
     return m;

@@ -32,10 +32,10 @@ struct Weights {
     ggml_tensor *tok_embd = nullptr;   // [n_embd, n_vocab]
     ggml_tensor *pos_embd = nullptr;   // [n_embd, n_ctx_train] (learned positions)
     ggml_tensor *output_norm = nullptr, *output_norm_b = nullptr;
-    ggml_tensor *output = nullptr;     // [n_embd, n_vocab]; == tok_embd when tied
+    ggml_tensor *output = nullptr;     // [n_embd, n_vocab]; tok_embd or a converted copy of it when tied
     ggml_tensor *rope_freqs = nullptr; // [n_rot/2] Llama-3 frequency factors
     std::vector<LayerWeights> layers;
-    bool tied_output = false;
+    bool tied_output = false;          // the file has no output.weight: the projection is the embedding
 };
 
 // What a tensor is, for initialization and requantization decisions.

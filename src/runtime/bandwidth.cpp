@@ -141,7 +141,7 @@ DecodeBytes decode_bytes_per_token(const Model &model, int64_t n_ctx_tokens, ggm
     DecodeBytes b;
     for (const ggml_tensor *t : model.bound_tensors()) {
         size_t n = ggml_nbytes(t);
-        const bool gathered = (t == w.tok_embd && !w.tied_output) || t == w.pos_embd;
+        const bool gathered = (t == w.tok_embd && w.output != w.tok_embd) || t == w.pos_embd;
         if (gathered) {
             n = ggml_row_size(t->type, t->ne[0]);  // get_rows reads one row per token
         } else if (c.n_expert > 0 && ggml_n_dims(t) == 3) {

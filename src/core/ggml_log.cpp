@@ -1,0 +1,40 @@
+#include "core/ggml_log.h"
+
+#include <ggml.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace toy {
+namespace {
+
+ggml_log_level threshold_from_env() {
+    const char *v = std::getenv("TOY_GGML_LOG");
+    if (v && std::strcmp(v, "debug") == 0) return GGML_LOG_LEVEL_DEBUG;
+    if (v && std::strcmp(v, "info") == 0) return GGML_LOG_LEVEL_INFO;
+    return GGML_LOG_LEVEL_WARN;
+}
+
+void log_to_stderr(ggml_log_level level, const char *text, void *user) {
+    static ggml_log_level last = GGML_LOG_LEVEL_NONE;
+    const auto threshold = *static_cast<const ggml_log_level *>(user);
+    // CONT continues the previous message at its level
+    const ggml_log_level effective = level == GGML_LOG_LEVEL_CONT ? last : level;
+    if (level != GGML_LOG_LEVEL_CONT) last = level;
+    if (effective == GGML_LOG_LEVEL_NONE || effective >= threshold) std::fputs(text, stderr);
+}
+
+}  // namespace
+
+void route_ggml_logs() {
+    static std::once_flag once;
+    static ggml_log_level threshold;
+    std::call_once(once, [] {
+        threshold = threshold_from_env();
+        ggml_log_set(log_to_stderr, &threshold);
+    });
+}
+
+}  // namespace toy
