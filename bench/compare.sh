@@ -12,8 +12,13 @@
 #   BUILD_DIR [<repo>/build]   MODEL_DIR [~/.cache/toy/bench-models]
 #   REF_DIR [~/.cache/toy-reference]   RESULTS_DIR [a new temporary directory]
 #   ROOFLINE [1]: also probe memory bandwidth (toy bench --roofline)
-#   LLAMA_AMX [0]: 0 runs llama.cpp with its AMX weight buffers disabled (see
-#     below); 1 runs it as built (crashes on quantized prompts on AMX CPUs)
+#   LLAMA ["off fixed"]: which llama.cpp builds to compare with, any of
+#     off    the reference build with its AMX weight buffers disabled (below)
+#     on     the reference build as it is (on AMX CPUs its quantized prompts
+#            crash; the script then keeps tg only)
+#     fixed  the same llama.cpp source built with toy's AMX compiler fix
+#            (cmake/amx_tile_config.h) into $FIXED_DIR [~/.cache/toy-reference-amxfix]:
+#            llama.cpp at its best on this CPU
 #
 # Method (see BENCHMARKS.md):
 # - speed: each round runs `toy bench` and `llama-bench` with the same -t -p -n
@@ -31,12 +36,13 @@
 #   RSS is /usr/bin/time's maximum resident set size (mapped weights count
 #   once touched, for both).
 # - AMX: on CPUs with AMX, llama.cpp moves F16/Q8_0/Q4_K/Q6_K weights into
-#   ggml's AMX buffer type, whose batched int8 tile path in the pinned ggml
-#   loads an uninitialized tile config and dies with SIGSEGV (ldtilecfg) on any
-#   quantized prompt. With LLAMA_AMX=0 (default) a tiny LD_PRELOAD shim makes
-#   ggml's AMX permission request (arch_prctl ARCH_REQ_XCOMP_PERM) fail, so
-#   ggml prints "AMX is not ready to be used!" and llama.cpp runs as on a CPU
-#   without AMX (its CPU_REPACK buffers stay on). CPUs without AMX: no effect.
+#   ggml's AMX buffer type, whose batched int8 tile path GCC 12 miscompiles in
+#   the pinned ggml (ldtilecfg reads a half-written tile config): SIGSEGV on any
+#   quantized prompt. "off" LD_PRELOADs a tiny shim that makes ggml's AMX
+#   permission request (arch_prctl ARCH_REQ_XCOMP_PERM) fail, so llama.cpp runs
+#   as on a CPU without AMX (CPU_REPACK stays on). "fixed" compiles llama.cpp
+#   with the header toy uses to correct the instruction's operand, so its AMX
+#   path runs. CPUs without AMX: all three are the same.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,7 +56,8 @@ TG=${TG:-128}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-2}
 ROOFLINE=${ROOFLINE:-1}
-LLAMA_AMX=${LLAMA_AMX:-0}
+LLAMA=${LLAMA:-"off fixed"}
+FIXED_DIR=${FIXED_DIR:-$HOME/.cache/toy-reference-amxfix}
 MODELS=${MODELS:-"smollm2-135m:f16 smollm2-135m:q8_0 qwen2.5-0.5b:q8_0 llama-3.2-1b:q4_k_m"}
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 MODEL_DIR=${MODEL_DIR:-$HOME/.cache/toy/bench-models}
@@ -75,11 +82,11 @@ if [ ! -x "$REF_DIR/bin/llama-bench" ] || [ ! -x "$REF_DIR/bin/llama-completion"
   log "building the llama.cpp reference tools into $REF_DIR (about 10 minutes)"
   bash "$SHARED_DIR/tools/build-llama-reference.sh" "$REF_DIR" >&2
 fi
-LLAMA_BENCH=$REF_DIR/bin/llama-bench
-LLAMA_COMPLETION=$REF_DIR/bin/llama-completion
-LLAMA_ENV=()
-if [ "$LLAMA_AMX" = 0 ]; then
-  mkdir -p "$RESULTS_DIR"
+for cfg in $LLAMA; do
+  case $cfg in off | on | fixed) ;; *) echo "compare: LLAMA: unknown build '$cfg' (expected off, on or fixed)" >&2; exit 1 ;; esac
+done
+mkdir -p "$RESULTS_DIR"
+if [[ " $LLAMA " == *" off "* ]]; then
   cat > "$RESULTS_DIR/no_amx.c" <<'C'
 /* Fails ggml's AMX permission request; every other syscall() passes through. */
 #define _GNU_SOURCE
@@ -100,8 +107,24 @@ long syscall(long nr, ...) {
 }
 C
   cc -O2 -shared -fPIC "$RESULTS_DIR/no_amx.c" -o "$RESULTS_DIR/no_amx.so" -ldl
-  LLAMA_ENV=(env "LD_PRELOAD=$RESULTS_DIR/no_amx.so")
 fi
+if [[ " $LLAMA " == *" fixed "* ]] &&
+   { [ ! -x "$FIXED_DIR/build/bin/llama-bench" ] || [ ! -x "$FIXED_DIR/build/bin/llama-completion" ]; }; then
+  log "building llama.cpp with the AMX compiler fix into $FIXED_DIR (about 10 minutes)"
+  cmake -S "$REF_DIR/llama.cpp" -B "$FIXED_DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
+    -DCMAKE_CXX_FLAGS="-include $ROOT/cmake/amx_tile_config.h" >&2
+  cmake --build "$FIXED_DIR/build" --target llama-bench llama-completion -j"$(nproc)" >&2
+fi
+# llama_cmd CFG TOOL: the command line prefix that runs TOOL of build CFG
+llama_cmd() {
+  case $1 in
+    off) echo env "LD_PRELOAD=$RESULTS_DIR/no_amx.so" "$REF_DIR/bin/$2" ;;
+    on) echo "$REF_DIR/bin/$2" ;;
+    fixed) echo "$FIXED_DIR/build/bin/$2" ;;
+  esac
+}
 
 # ---- models ----
 mkdir -p "$MODEL_DIR" "$RESULTS_DIR"
@@ -121,7 +144,7 @@ fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus"
-  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS LLAMA_AMX=$LLAMA_AMX"
+  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS LLAMA=\"$LLAMA\""
   echo "toy: $("$TOY" --version)"
   echo "load average at start: $(cat /proc/loadavg)"
 } > "$RESULTS_DIR/settings.txt"
@@ -133,52 +156,63 @@ run_toy_bench() {  # model out
   "$TOY" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" --json "${extra[@]}" > "$2" 2> "$2.log" ||
     { log "toy bench failed on $1 (see $2.log)"; rm -f "$2"; }
 }
-run_llama_bench() {  # model out
-  "${LLAMA_ENV[@]}" "$LLAMA_BENCH" -m "$1" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" -o json > "$2" 2> "$2.log" && return
-  log "llama-bench failed on $1 (see $2.log)"
-  rm -f "$2"
-  # with LLAMA_AMX=1 the quantized prompt test crashes; keep at least tg
+run_llama_bench() {  # cfg model out
+  local cmd
+  read -r -a cmd <<< "$(llama_cmd "$1" llama-bench)"
+  "${cmd[@]}" -m "$2" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" -o json > "$3" 2> "$3.log" && return
+  log "llama-bench ($1) failed on $2 (see $3.log)"
+  rm -f "$3"
+  # the reference build as it is crashes on quantized prompts on AMX CPUs; keep at least tg
   if [ "$PP" != 0 ] && [ "$TG" != 0 ]; then
-    log "retrying llama-bench on $1 with -p 0 (tg only)"
-    "${LLAMA_ENV[@]}" "$LLAMA_BENCH" -m "$1" -t "$THREADS" -p 0 -n "$TG" -r "$REPS" -o json > "$2" 2>> "$2.log" ||
-      { log "llama-bench -p 0 failed on $1 too"; rm -f "$2"; }
+    log "retrying llama-bench ($1) on $2 with -p 0 (tg only)"
+    "${cmd[@]}" -m "$2" -t "$THREADS" -p 0 -n "$TG" -r "$REPS" -o json > "$3" 2>> "$3.log" ||
+      { log "llama-bench ($1) -p 0 failed on $2 too"; rm -f "$3"; }
   fi
 }
 oneshot_toy() {  # model out
   /usr/bin/time -v -o "$2.time" "$TOY" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json > "$2" 2> "$2.log" ||
     { log "toy run failed on $1 (see $2.log)"; rm -f "$2.time"; }
 }
-oneshot_llama() {  # model out
-  /usr/bin/time -v -o "$2.time" "${LLAMA_ENV[@]}" "$LLAMA_COMPLETION" -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 -no-cnv --no-warmup \
-    > "$2" 2> "$2.log" < /dev/null || { log "llama-completion failed on $1 (see $2.log)"; rm -f "$2.time"; }
+oneshot_llama() {  # cfg model out
+  local cmd
+  read -r -a cmd <<< "$(llama_cmd "$1" llama-completion)"
+  /usr/bin/time -v -o "$3.time" "${cmd[@]}" -m "$2" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 -no-cnv --no-warmup \
+    > "$3" 2> "$3.log" < /dev/null || { log "llama-completion ($1) failed on $2 (see $3.log)"; rm -f "$3.time"; }
+}
+# one round: toy and every llama.cpp build, in the given order of engines
+round_of() {  # path tag round engine...
+  local path=$1 tag=$2 round=$3 e
+  shift 3
+  for e in "$@"; do
+    if [ "$e" = toy ]; then run_toy_bench "$path" "$RESULTS_DIR/$tag.toy.$round.json"
+    else run_llama_bench "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.json"; fi
+  done
+  for e in "$@"; do
+    if [ "$e" = toy ]; then oneshot_toy "$path" "$RESULTS_DIR/$tag.toy-oneshot.$round"
+    else oneshot_llama "$e" "$path" "$RESULTS_DIR/$tag.llama-$e-oneshot.$round"; fi
+  done
 }
 
+engines=(toy $LLAMA)
+reversed=()
+for ((i = ${#engines[@]} - 1; i >= 0; i--)); do reversed+=("${engines[i]}"); done
 for spec in $MODELS; do
   path=$(model_path "$spec")
   tag=${spec/:/.}
   for ((round = 1; round <= ROUNDS; round++)); do
     log "$spec: round $round/$ROUNDS"
-    if ((round % 2 == 1)); then
-      run_toy_bench "$path" "$RESULTS_DIR/$tag.toy.$round.json"
-      run_llama_bench "$path" "$RESULTS_DIR/$tag.llama.$round.json"
-      oneshot_toy "$path" "$RESULTS_DIR/$tag.toy-oneshot.$round"
-      oneshot_llama "$path" "$RESULTS_DIR/$tag.llama-oneshot.$round"
-    else
-      run_llama_bench "$path" "$RESULTS_DIR/$tag.llama.$round.json"
-      run_toy_bench "$path" "$RESULTS_DIR/$tag.toy.$round.json"
-      oneshot_llama "$path" "$RESULTS_DIR/$tag.llama-oneshot.$round"
-      oneshot_toy "$path" "$RESULTS_DIR/$tag.toy-oneshot.$round"
-    fi
+    if ((round % 2 == 1)); then round_of "$path" "$tag" "$round" "${engines[@]}"
+    else round_of "$path" "$tag" "$round" "${reversed[@]}"; fi
   done
 done
 echo "load average at end: $(cat /proc/loadavg)" >> "$RESULTS_DIR/settings.txt"
 
 # ---- table ----
-python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA_AMX" <<'PY'
-import glob, json, os, re, statistics, sys
+python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA" <<'PY'
+import glob, json, re, statistics, sys
 
-res_dir, models = sys.argv[1], sys.argv[2].split()
-llama = "llama.cpp" if sys.argv[3] == "1" else "llama.cpp (AMX off)"
+res_dir, models, builds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+LABEL = {"off": "llama.cpp AMX off", "on": "llama.cpp as built", "fixed": "llama.cpp AMX fixed"}
 
 def load_json(path):
     try:
@@ -204,6 +238,9 @@ def pooled(tag, tool):
                 r["bw"] = max(r["bw"], t["bandwidth_gbs"])
     return out, roof
 
+def mean(v):
+    return statistics.mean(v) if v else None
+
 def fmt_ts(v):
     if not v:
         return "n/a"
@@ -228,44 +265,65 @@ def oneshot(tag, tool):
             rss.append(int(m.group(1)) * 1024)
     return (statistics.median(walls) if walls else None, max(rss) if rss else None)
 
-print(f"| model | test | toy t/s | {llama} t/s | ratio (toy/llama) | ratio of medians | toy % of ceiling |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+def row(cells):
+    print("| " + " | ".join(cells) + " |")
+
+# speed: toy, then each llama.cpp build with the ratio toy/that build (means; medians in brackets)
+head = ["model", "test", "toy t/s"]
+for b in builds:
+    head += [f"{LABEL[b]} t/s", f"toy / {LABEL[b]}"]
+head.append("toy % of ceiling")
+row(head)
+row(["---", "---"] + ["---:"] * (len(head) - 2))
 roof_lines = []
 for spec in models:
     tag = spec.replace(":", ".")
     toy, roof = pooled(tag, "toy")
-    ref, _ = pooled(tag, "llama")
-    for name in sorted(set(toy) | set(ref), key=lambda n: (not n.startswith("pp"), n)):
-        a, b = toy.get(name, []), ref.get(name, [])
-        ma = statistics.mean(a) if a else None
-        mb = statistics.mean(b) if b else None
+    refs = {b: pooled(tag, f"llama-{b}")[0] for b in builds}
+    names = set(toy)
+    for r in refs.values():
+        names |= set(r)
+    for name in sorted(names, key=lambda n: (not n.startswith("pp"), n)):
+        a = toy.get(name, [])
+        cells = [spec, name, fmt_ts(a)]
+        for b in builds:
+            v = refs[b].get(name, [])
+            med = ratio(statistics.median(a) if a else None, statistics.median(v) if v else None)
+            cells += [fmt_ts(v), f"{ratio(mean(a), mean(v))} ({med})"]
         ceil = ""
-        if name in roof and ma:
+        if name in roof and a:
             r = roof[name]
             c = r["bw"] * 1e9 / r["bytes"]
-            ceil = f"{100 * ma / c:.0f}%"
-            roof_lines.append(f"| {spec} | {name} | {r['bytes'] / 1e6:.1f} | {r['bw']:.2f} | {c:.1f} | "
-                              f"{ma:.2f} ({100 * ma / c:.0f}%) | {mb:.2f} ({100 * mb / c:.0f}%) |" if mb else
-                              f"| {spec} | {name} | {r['bytes'] / 1e6:.1f} | {r['bw']:.2f} | {c:.1f} | {ma:.2f} | n/a |")
-        med = ratio(statistics.median(a) if a else None, statistics.median(b) if b else None)
-        print(f"| {spec} | {name} | {fmt_ts(a)} | {fmt_ts(b)} | {ratio(ma, mb)} | {med} | {ceil} |")
+            ceil = f"{100 * mean(a) / c:.0f}%"
+            line = [spec, name, f"{r['bytes'] / 1e6:.1f}", f"{r['bw']:.2f}", f"{c:.1f}", f"{mean(a):.2f} ({ceil})"]
+            for b in builds:
+                v = refs[b].get(name, [])
+                line.append(f"{mean(v):.2f} ({100 * mean(v) / c:.0f}%)" if v else "n/a")
+            roof_lines.append(line)
+        cells.append(ceil)
+        row(cells)
 
 print()
-print(f"| model | toy one-shot ms | {llama} one-shot ms | ratio | toy peak RSS MiB | {llama} peak RSS MiB | ratio |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+head = ["model", "toy one-shot ms"] + [f"{LABEL[b]} ms" for b in builds] + [f"toy / {LABEL[b]}" for b in builds]
+head += ["toy peak RSS MiB"] + [f"{LABEL[b]} MiB" for b in builds] + [f"toy / {LABEL[b]}" for b in builds]
+row(head)
+row(["---"] + ["---:"] * (len(head) - 1))
+f = lambda v, s=1.0: f"{v / s:.0f}" if v else "n/a"
 for spec in models:
     tag = spec.replace(":", ".")
     tw, tr = oneshot(tag, "toy")
-    lw, lr = oneshot(tag, "llama")
-    f = lambda v, s=1.0: f"{v / s:.0f}" if v else "n/a"
-    print(f"| {spec} | {f(tw)} | {f(lw)} | {ratio(tw, lw)} | {f(tr, 2**20)} | {f(lr, 2**20)} | {ratio(tr, lr)} |")
+    ref = {b: oneshot(tag, f"llama-{b}") for b in builds}
+    cells = [spec, f(tw)] + [f(ref[b][0]) for b in builds] + [ratio(tw, ref[b][0]) for b in builds]
+    cells += [f(tr, 2**20)] + [f(ref[b][1], 2**20) for b in builds] + [ratio(tr, ref[b][1]) for b in builds]
+    row(cells)
 
 if roof_lines:
     print()
-    print(f"| model | test | MB read / token | bandwidth GB/s | ceiling t/s | toy t/s (% ceiling) | {llama} t/s (% ceiling) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    row(["model", "test", "MB read / token", "bandwidth GB/s", "ceiling t/s", "toy t/s (% ceiling)"] +
+        [f"{LABEL[b]} t/s (% ceiling)" for b in builds])
+    row(["---", "---"] + ["---:"] * (4 + len(builds)))
     for l in roof_lines:
-        print(l)
+        row(l)
 PY
 echo
-echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS LLAMA_AMX=$LLAMA_AMX; raw results in $RESULTS_DIR"
+echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS LLAMA=\"$LLAMA\"; raw results in $RESULTS_DIR"

@@ -65,6 +65,11 @@ TEST(Bench, JsonHasLlamaBenchFields) {
         EXPECT_GE(t["load_ms"].get<double>(), 0.0);
         EXPECT_GE(t["load_first_eval_ms"].get<double>(), t["load_ms"].get<double>());
         EXPECT_GT(t["peak_rss_bytes"].get<int64_t>(), 0);
+        // every bound weight byte is somewhere: mapped in place or in a buffer
+        ASSERT_TRUE(t["weights_by_buffer"].is_object());
+        int64_t placed = 0;
+        for (const auto &[buf, bytes] : t["weights_by_buffer"].items()) placed += bytes.get<int64_t>();
+        EXPECT_GE(placed, t["model_size"].get<int64_t>());
     }
 }
 

@@ -138,10 +138,10 @@ struct ModelInfo {
 ModelInfo describe(const Model &m) {
     ModelInfo info;
     info.filename = m.path();
-    info.size = m.weight_bytes();
     std::map<ggml_type, size_t> by_type;
     for (const auto &t : m.file().tensors()) {
         info.n_params += t.n_elements();
+        info.size += t.nbytes;  // the file's tensors, as llama-bench counts model size
         by_type[t.type] += t.nbytes;
     }
     // the types holding at least a tenth of the bytes, largest first: "F16", "Q4_K/Q6_K"
@@ -277,6 +277,7 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
     auto model = o.model.load();
     const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load0).count();
     const ModelInfo info = describe(*model);
+    const auto placement = model->placement();
 
     std::mt19937 rng(o.seed);
     Runner runner(*model, o, rng);
@@ -335,6 +336,7 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                 {"load_ms", load_ms},
                 {"load_first_eval_ms", load_first_eval_ms},
                 {"peak_rss_bytes", rss},
+                {"weights_by_buffer", nlohmann::json(std::map<std::string, size_t>(placement.begin(), placement.end()))},
             };
             if (bw) {
                 j["bandwidth_gbs"] = bw->gb_per_s;
@@ -372,6 +374,11 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
     }
     std::printf("\nload: %.1f ms (Model::load), %.1f ms to the end of the first eval; peak RSS: %.1f MiB%s\n", load_ms,
                 load_first_eval_ms, rss / 1024.0 / 1024.0, o.model.no_mmap ? "" : " (mapped weights count once touched)");
+    std::string where;
+    for (const auto &[buf, bytes] : placement) {
+        where += fmt::format("{}{} {:.1f} MiB", where.empty() ? "" : ", ", buf, bytes / 1024.0 / 1024.0);
+    }
+    std::printf("weights: %s\n", where.c_str());
     if (bw) {
         print_bandwidth(*bw);
         for (const auto &r : results) {

@@ -46,6 +46,15 @@ struct ForwardGraph {
     ggml_tensor *logits = nullptr;    // [n_vocab, n_outputs]
     ggml_tensor *rope_freqs = nullptr;   // F32 [n_rot/2]: Llama-3 factors from metadata (null when unused)
     std::vector<ggml_tensor *> router_choices;  // per MoE layer: I32 [n_expert_used, n_tokens]
+
+    // The tensors above that the caller fills before computing (non-null ones).
+    std::vector<ggml_tensor *> inputs() const {
+        std::vector<ggml_tensor *> out;
+        for (ggml_tensor *t : {tokens, pos, mask, mask_swa, k_idxs, v_idxs, out_ids, rope_freqs}) {
+            if (t) out.push_back(t);
+        }
+        return out;
+    }
 };
 
 // Nodes a forward graph of this model needs at most (for ggml_new_graph_custom).

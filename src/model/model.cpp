@@ -97,7 +97,7 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_bufts() {
 // For buffers of the CPU device (AMX and repack buffers are not "host" to
 // ggml, as their layout is private, but live in CPU memory all the same).
 void advise_huge_pages(ggml_backend_buffer_t buf) {
-    if (!buf) return;
+    if (!buf || getenv("TOY_NO_THP")) return;
     constexpr uintptr_t huge = 2u << 20;
     const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
     const uintptr_t lo = (base + huge - 1) / huge * huge;
@@ -411,6 +411,20 @@ size_t Model::weight_bytes() const {
 
 size_t Model::copied_bytes() const {
     return (copy_buf_ ? ggml_backend_buffer_get_size(copy_buf_) : 0) + repacked_bytes();
+}
+
+std::vector<std::pair<std::string, size_t>> Model::placement() const {
+    std::vector<std::pair<std::string, size_t>> out;
+    if (mmap_buf_) {
+        size_t n = 0;
+        for (ggml_tensor *t = ggml_get_first_tensor(ctx_); t; t = ggml_get_next_tensor(ctx_, t)) {
+            if (t->buffer == mmap_buf_) n += ggml_nbytes(t);
+        }
+        out.emplace_back(ggml_backend_buffer_name(mmap_buf_), n);
+    }
+    for (auto *b : extra_bufs_) out.emplace_back(ggml_backend_buffer_name(b), ggml_backend_buffer_get_size(b));
+    if (copy_buf_) out.emplace_back(ggml_backend_buffer_name(copy_buf_), ggml_backend_buffer_get_size(copy_buf_));
+    return out;
 }
 
 size_t Model::repacked_bytes() const {

@@ -60,6 +60,10 @@ public:
     size_t weight_bytes() const;      // bytes of all bound weights
     size_t copied_bytes() const;      // of which copied into backend buffers
     size_t repacked_bytes() const;    // of which stored in AMX / repack layouts
+    // Bytes of weights per buffer, by ggml's buffer name ("CPU_Mapped" for
+    // tensors used in place in the file mapping, "AMX", "CPU_REPACK", "CPU"
+    // for plain copies); a tied output projection's own copy counts too.
+    std::vector<std::pair<std::string, size_t>> placement() const;
     bool per_head_checkpoint() const { return per_head_; }
 
     // Where a copied tensor's bytes come from: pieces of the mapping (one, or

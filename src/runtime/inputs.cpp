@@ -4,6 +4,7 @@
 
 #include <ggml-backend.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -52,6 +53,30 @@ void set_forward_inputs(const graph::ForwardGraph &g, const Config &c, std::span
     if (g.mask_swa) set_causal_mask(g.mask_swa, pos, c.n_swa);
     if (g.rope_freqs) {
         ggml_backend_tensor_set(g.rope_freqs, c.rope.freq_factors.data(), 0, c.rope.freq_factors.size() * sizeof(float));
+    }
+}
+
+InputBuffer::~InputBuffer() {
+    if (buf_) ggml_backend_buffer_free(buf_);
+}
+
+void InputBuffer::place(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> &inputs) {
+    const size_t align = std::max<size_t>(64, ggml_backend_buft_get_alignment(buft));
+    auto padded = [&](const ggml_tensor *t) { return GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align); };
+    size_t need = align;  // room to align the first tensor whatever the base
+    for (const ggml_tensor *t : inputs) need += padded(t);
+    if (!buf_ || ggml_backend_buffer_get_size(buf_) < need) {
+        if (buf_) ggml_backend_buffer_free(buf_);
+        buf_ = ggml_backend_buft_alloc_buffer(buft, need);
+        if (!buf_) fail("could not allocate {} bytes for the graph inputs", need);
+    }
+    auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(buf_));
+    uint8_t *at = base + (GGML_PAD((uintptr_t)base, align) - (uintptr_t)base);
+    for (ggml_tensor *t : inputs) {
+        if (ggml_backend_tensor_alloc(buf_, t, at) != GGML_STATUS_SUCCESS) {
+            fail("could not place graph input '{}'", ggml_get_name(t));
+        }
+        at += padded(t);
     }
 }
 

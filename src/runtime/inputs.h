@@ -6,6 +6,7 @@
 
 #include "graph/forward.h"
 
+#include <ggml-backend.h>
 #include <ggml.h>
 
 #include <cstdint>
@@ -26,5 +27,28 @@ void check_tokens(const Model &model, std::span<const int32_t> tokens, int64_t f
 // computed rope factors. Cache indices and output rows are the caller's.
 void set_forward_inputs(const graph::ForwardGraph &g, const Config &c, std::span<const int32_t> tokens,
                         std::span<const int32_t> pos);
+
+// A graph's inputs in a buffer of their own, each on a cache-line boundary.
+// Left to the graph allocator, a 4-byte input (one output row id, one token)
+// would sit first in the compute buffer and, as ggml's CPU buffers align
+// tensors to 32 bytes only, shift every activation after it half a cache line:
+// 64-byte vector stores into matmul results then straddle two lines (ggml's
+// AMX prompt matmul ran 25% slower so). With the inputs here the compute
+// buffer holds only computed tensors, from its 64-byte aligned base.
+class InputBuffer {
+public:
+    InputBuffer() = default;
+    ~InputBuffer();
+    InputBuffer(const InputBuffer &) = delete;
+    InputBuffer &operator=(const InputBuffer &) = delete;
+
+    // Places `inputs` (tensors not allocated yet) in this buffer, growing it
+    // when needed; the previous placement is void. Call before the graph is
+    // allocated, which then leaves these tensors where they are.
+    void place(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> &inputs);
+
+private:
+    ggml_backend_buffer_t buf_ = nullptr;
+};
 
 }  // namespace toy

@@ -28,6 +28,8 @@ std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> to
 
     std::unique_ptr<ggml_backend, decltype(&ggml_backend_free)> backend(ggml_backend_cpu_init(), ggml_backend_free);
     ggml_backend_cpu_set_n_threads(backend.get(), n_threads > 0 ? n_threads : (int)std::thread::hardware_concurrency());
+    InputBuffer inputs;
+    inputs.place(ggml_backend_get_default_buffer_type(backend.get()), g.inputs());
     std::unique_ptr<ggml_gallocr, decltype(&ggml_gallocr_free)> alloc(
         ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())), ggml_gallocr_free);
     if (!ggml_gallocr_alloc_graph(alloc.get(), gf)) fail("could not allocate the sequence graph ({} tokens)", T);

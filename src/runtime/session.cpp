@@ -139,6 +139,7 @@ void Session::build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs) {
     p.flash_attn = flash_attn_;
     p.kv = &kv_;
     g_ = graph::build_forward(graph_ctx_, gf_, model_, p);
+    inputs_.place(ggml_backend_get_default_buffer_type(backend_), g_.inputs());
     if (!ggml_backend_sched_alloc_graph(sched_, gf_)) fail("could not allocate the compute graph ({} tokens)", n_tokens);
     shape_ = {n_tokens, n_kv, n_outputs};
     ++graphs_built_;

@@ -5,6 +5,7 @@
 
 #include "graph/forward.h"
 #include "model/model.h"
+#include "runtime/inputs.h"
 #include "runtime/trace.h"
 
 #include <ggml-backend.h>
@@ -89,6 +90,7 @@ private:
     ggml_context *graph_ctx_ = nullptr;
     ggml_cgraph *gf_ = nullptr;
     graph::ForwardGraph g_;
+    InputBuffer inputs_;
     struct Shape {
         int64_t n_tokens = -1, n_kv = -1, n_outputs = -1;
         bool operator==(const Shape &) const = default;
