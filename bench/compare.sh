@@ -12,6 +12,7 @@
 #   BUILD_DIR [<repo>/build]   MODEL_DIR [~/.cache/toy/bench-models]
 #   REF_DIR [~/.cache/toy-reference]   RESULTS_DIR [a new temporary directory]
 #   ROOFLINE [1]: also probe memory bandwidth (toy bench --roofline)
+#   ONESHOTS [3]: one-shot runs per engine per round (load time and RSS)
 #   LLAMA ["off fixed"]: which llama.cpp builds to compare with, any of
 #     off    the reference build with its AMX weight buffers disabled (below)
 #     on     the reference build as it is (on AMX CPUs its quantized prompts
@@ -29,7 +30,7 @@
 #   "(noisy)" above 10% spread) and gives the ratio of means and of medians
 #   (the median shrugs off a few samples hit by another process).
 # - load time and peak RSS: llama-bench reports neither, so both engines do the
-#   same one-shot run under /usr/bin/time -v, ROUNDS times, alternating:
+#   same one-shot run under /usr/bin/time -v, ONESHOTS x ROUNDS times, alternating:
 #   `llama-completion -m M -c 512 -p PROMPT -n 1 -no-cnv --no-warmup` and
 #   `toy run -m M -c 512 -p PROMPT -n 1`. "load" is the median wall time of
 #   that whole process (start, load, tokenize, prompt eval, one token, exit);
@@ -56,6 +57,7 @@ TG=${TG:-128}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-2}
 ROOFLINE=${ROOFLINE:-1}
+ONESHOTS=${ONESHOTS:-3}
 LLAMA=${LLAMA:-"off fixed"}
 FIXED_DIR=${FIXED_DIR:-$HOME/.cache/toy-reference-amxfix}
 MODELS=${MODELS:-"smollm2-135m:f16 smollm2-135m:q8_0 qwen2.5-0.5b:q8_0 llama-3.2-1b:q4_k_m"}
@@ -144,7 +146,7 @@ fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus"
-  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS LLAMA=\"$LLAMA\""
+  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\""
   echo "toy: $("$TOY" --version)"
   echo "load average at start: $(cat /proc/loadavg)"
 } > "$RESULTS_DIR/settings.txt"
@@ -187,9 +189,12 @@ round_of() {  # path tag round engine...
     if [ "$e" = toy ]; then run_toy_bench "$path" "$RESULTS_DIR/$tag.toy.$round.json"
     else run_llama_bench "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.json"; fi
   done
-  for e in "$@"; do
-    if [ "$e" = toy ]; then oneshot_toy "$path" "$RESULTS_DIR/$tag.toy-oneshot.$round"
-    else oneshot_llama "$e" "$path" "$RESULTS_DIR/$tag.llama-$e-oneshot.$round"; fi
+  local k
+  for ((k = 1; k <= ONESHOTS; k++)); do
+    for e in "$@"; do
+      if [ "$e" = toy ]; then oneshot_toy "$path" "$RESULTS_DIR/$tag.toy-oneshot.$round.$k"
+      else oneshot_llama "$e" "$path" "$RESULTS_DIR/$tag.llama-$e-oneshot.$round.$k"; fi
+    done
   done
 }
 
@@ -326,4 +331,4 @@ if roof_lines:
         row(l)
 PY
 echo
-echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS LLAMA=\"$LLAMA\"; raw results in $RESULTS_DIR"
+echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\"; raw results in $RESULTS_DIR"

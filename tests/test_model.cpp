@@ -354,3 +354,18 @@ TEST(Model, TiedOutputGetsItsOwnCopyWhereAKernelTakesIt) {
 }
 
 }  // namespace
+
+namespace {
+
+// Huge pages are advice about memory, never about values.
+TEST(Model, HugePagesChangeNoLogits) {
+    const std::string path = test::fixture_path("llama-256.q4_k_m.gguf");
+    auto huge = Model::load(path);
+    LoadOptions small_pages;
+    small_pages.huge_pages = false;
+    auto small = Model::load(path, small_pages);
+    auto tokens = fixture_tokens("llama-256.q4_k_m");
+    EXPECT_EQ(batched_logits(*huge, tokens), batched_logits(*small, tokens));
+}
+
+}  // namespace

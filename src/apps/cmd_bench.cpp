@@ -321,6 +321,7 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                 {"use_mmap", !o.model.no_mmap},
                 {"repack", !o.model.no_repack},
                 {"fuse", !o.model.no_fuse},
+                {"huge_pages", !o.model.no_hugepages},
                 {"n_ctx", r.n_ctx},
                 {"n_prompt", r.n_prompt},
                 {"n_gen", r.n_gen},

@@ -91,13 +91,15 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_bufts() {
 }
 
 // Asks the kernel to back a weight buffer with transparent huge pages before
-// its bytes are written: loading then takes one page fault per 2 MiB instead
-// of per 4 KiB, and decoding, which streams every weight once per token, walks
-// far fewer page-table entries. Advice only; nothing changes where THP is off.
+// its bytes are written: loading takes one page fault per 2 MiB instead of per
+// 4 KiB, and decoding, which streams every weight once per token, crosses far
+// fewer page boundaries (hardware prefetchers stop at each) and TLB entries:
+// tg +7-9% on Llama-3.2-1B Q4_K_M and SmolLM2 F16 (BENCHMARKS.md). Advice
+// only; nothing changes where THP is off.
 // For buffers of the CPU device (AMX and repack buffers are not "host" to
 // ggml, as their layout is private, but live in CPU memory all the same).
 void advise_huge_pages(ggml_backend_buffer_t buf) {
-    if (!buf || getenv("TOY_NO_THP")) return;
+    if (!buf) return;
     constexpr uintptr_t huge = 2u << 20;
     const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
     const uintptr_t lo = (base + huge - 1) / huge * huge;
@@ -344,7 +346,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
         if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), size, ggml_backend_buft_name(buft));
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        advise_huge_pages(buf);
+        if (opts.huge_pages) advise_huge_pages(buf);
         m->extra_bufs_.push_back(buf);
         auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(buf));
         size_t at = 0;
@@ -359,7 +361,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
     if (m->copy_buf_) {
         ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        advise_huge_pages(m->copy_buf_);
+        if (opts.huge_pages) advise_huge_pages(m->copy_buf_);
     }
     // Fill the copies largest first, releasing each source's mapped pages
     // right after: the peak resident set is then the copies plus at most one

@@ -35,6 +35,10 @@ struct LoadOptions {
     // One matmul for Q|K|V and one for gate|up where the parts share a type:
     // fewer, larger matrix products per layer (same results, row by row).
     bool fuse = true;
+    // Ask for transparent huge pages for the copied weights (see
+    // advise_huge_pages in model.cpp): decoding streams every weight each
+    // token, and 2 MiB pages let the hardware prefetchers run on.
+    bool huge_pages = true;
 };
 
 class Model {
