@@ -18,7 +18,7 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
     app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
     app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack copies; least memory)");
-    app.add_flag("--no-fuse", no_fuse, "separate Q/K/V and gate/up matmuls (no fusing at load)");
+    app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (no fusing at load)");
     app.add_flag("--no-hugepages", no_hugepages, "copied weights on 4 KiB pages (no transparent huge pages)");
     app.add_option("--weight-type", weight_type, "requantize F32/F16 linear weights at load: q8_0");
     app.add_option("-c,--ctx-size", n_ctx, "context size in tokens (0: the model's, at most 4096)");

@@ -58,11 +58,6 @@ ggml_tensor *attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_t
 }
 
 ggml_tensor *feed_forward(ggml_context *ctx, ggml_tensor *x, const LayerWeights &l, FfnKind kind) {
-    if (l.ffn_gate_up) {
-        // one matmul for gate and up: [2*n_ff, T], gate rows first
-        ggml_tensor *gu = linear(ctx, l.ffn_gate_up, x);
-        return linear(ctx, l.ffn_down, kind == FfnKind::GeGlu ? ggml_geglu(ctx, gu) : ggml_swiglu(ctx, gu));
-    }
     switch (kind) {
     case FfnKind::SwiGlu:
         return linear(ctx, l.ffn_down, ggml_swiglu_split(ctx, linear(ctx, l.ffn_gate, x), linear(ctx, l.ffn_up, x)));

@@ -273,7 +273,6 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             LayerWeights &l = m->w_.layers[il];
             fuse_rows(entries, {&l.wq, &l.wk, &l.wv}, &l.wqkv, fmt::format("blk.{}.attn_qkv.weight", il));
             fuse_rows(entries, {&l.bq, &l.bk, &l.bv}, &l.bqkv, fmt::format("blk.{}.attn_qkv.bias", il));
-            fuse_rows(entries, {&l.ffn_gate, &l.ffn_up}, &l.ffn_gate_up, fmt::format("blk.{}.ffn_gate_up.weight", il));
         }
     }
 

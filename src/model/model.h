@@ -2,8 +2,8 @@
 //
 // By default weights are zero-copy: ggml tensors point into the read-only
 // mapping of the file. A tensor is copied into a backend buffer instead when
-// it must be transformed: per-head checkpoints assembled, Q|K|V and gate|up
-// fused into one matrix each, F32/F16 requantized to Q8_0, or rows repacked
+// it must be transformed: per-head checkpoints assembled, Q|K|V fused into
+// one matrix, F32/F16 requantized to Q8_0, or rows repacked
 // for a faster CPU kernel; with use_mmap = false, every tensor is copied.
 // The mapping's pages of copied tensors are released after the copy.
 #pragma once
@@ -32,8 +32,10 @@ struct LoadOptions {
     // preferring them in the backend's order, as llama.cpp does. Those tensors
     // are copied out of the mapping.
     bool repack = true;
-    // One matmul for Q|K|V and one for gate|up where the parts share a type:
-    // fewer, larger matrix products per layer (same results, row by row).
+    // One matmul for Q|K|V where the parts share a type: fewer, larger matrix
+    // products per layer (same results, row by row). Gate and up stay apart:
+    // fused, ggml's AMX prompt kernel ran 5-16% slower on the wide result
+    // (BENCHMARKS.md) and decoding gained nothing measurable.
     bool fuse = true;
     // Ask for transparent huge pages for the copied weights (see
     // advise_huge_pages in model.cpp): decoding streams every weight each

@@ -21,7 +21,6 @@ struct LayerWeights {
     ggml_tensor *post_attn_norm = nullptr;
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;
     ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
-    ggml_tensor *ffn_gate_up = nullptr;  // [n_embd, 2*n_ff]: gate rows then up rows, fused at load
     ggml_tensor *ffn_up_b = nullptr, *ffn_down_b = nullptr;
     ggml_tensor *post_ffn_norm = nullptr;
     ggml_tensor *ffn_gate_inp = nullptr;                                      // router [n_embd, n_expert]
