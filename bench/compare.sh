@@ -13,6 +13,7 @@
 #   REF_DIR [~/.cache/toy-reference]   RESULTS_DIR [a new temporary directory]
 #   ROOFLINE [1]: also probe memory bandwidth (toy bench --roofline)
 #   ONESHOTS [3]: one-shot runs per engine per round (load time and RSS)
+#   TOY_FLAGS [""]: extra flags for toy bench and toy run (e.g. "--hugepages on")
 #   LLAMA ["off fixed"]: which llama.cpp builds to compare with, any of
 #     off    the reference build with its AMX weight buffers disabled (below)
 #     on     the reference build as it is (on AMX CPUs its quantized prompts
@@ -58,6 +59,7 @@ REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-2}
 ROOFLINE=${ROOFLINE:-1}
 ONESHOTS=${ONESHOTS:-3}
+read -r -a TOY_EXTRA <<< "${TOY_FLAGS:-}"
 LLAMA=${LLAMA:-"off fixed"}
 FIXED_DIR=${FIXED_DIR:-$HOME/.cache/toy-reference-amxfix}
 MODELS=${MODELS:-"smollm2-135m:f16 smollm2-135m:q8_0 qwen2.5-0.5b:q8_0 llama-3.2-1b:q4_k_m"}
@@ -146,7 +148,7 @@ fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus"
-  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\""
+  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
   echo "toy: $("$TOY" --version)"
   echo "load average at start: $(cat /proc/loadavg)"
 } > "$RESULTS_DIR/settings.txt"
@@ -155,7 +157,7 @@ fi
 run_toy_bench() {  # model out
   local extra=()
   [ "$ROOFLINE" = 1 ] && extra+=(--roofline)
-  "$TOY" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" --json "${extra[@]}" > "$2" 2> "$2.log" ||
+  "$TOY" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" --json "${extra[@]}" "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
     { log "toy bench failed on $1 (see $2.log)"; rm -f "$2"; }
 }
 run_llama_bench() {  # cfg model out
@@ -172,7 +174,7 @@ run_llama_bench() {  # cfg model out
   fi
 }
 oneshot_toy() {  # model out
-  /usr/bin/time -v -o "$2.time" "$TOY" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json > "$2" 2> "$2.log" ||
+  /usr/bin/time -v -o "$2.time" "$TOY" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
     { log "toy run failed on $1 (see $2.log)"; rm -f "$2.time"; }
 }
 oneshot_llama() {  # cfg model out

@@ -357,12 +357,16 @@ namespace {
 // Huge pages are advice about memory, never about values.
 TEST(Model, HugePagesChangeNoLogits) {
     const std::string path = test::fixture_path("llama-256.q4_k_m.gguf");
-    auto huge = Model::load(path);
+    LoadOptions huge_pages;
+    huge_pages.huge_pages = HugePages::On;
+    auto huge = Model::load(path, huge_pages);
     LoadOptions small_pages;
-    small_pages.huge_pages = false;
+    small_pages.huge_pages = HugePages::Off;
     auto small = Model::load(path, small_pages);
     auto tokens = fixture_tokens("llama-256.q4_k_m");
     EXPECT_EQ(batched_logits(*huge, tokens), batched_logits(*small, tokens));
+    EXPECT_TRUE(want_huge_pages(HugePages::On));
+    EXPECT_FALSE(want_huge_pages(HugePages::Off));
 }
 
 }  // namespace

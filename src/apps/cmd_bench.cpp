@@ -321,7 +321,7 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                 {"use_mmap", !o.model.no_mmap},
                 {"repack", !o.model.no_repack},
                 {"fuse", !o.model.no_fuse},
-                {"huge_pages", !o.model.no_hugepages},
+                {"huge_pages", want_huge_pages(o.model.load_options().huge_pages)},
                 {"n_ctx", r.n_ctx},
                 {"n_prompt", r.n_prompt},
                 {"n_gen", r.n_gen},

@@ -19,7 +19,9 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
     app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack copies; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (no fusing at load)");
-    app.add_flag("--no-hugepages", no_hugepages, "copied weights on 4 KiB pages (no transparent huge pages)");
+    app.add_option("--hugepages", hugepages,
+                   "transparent huge pages for copied weights: on, off, auto (on unless a VM hands free memory back "
+                   "to its host)");
     app.add_option("--weight-type", weight_type, "requantize F32/F16 linear weights at load: q8_0");
     app.add_option("-c,--ctx-size", n_ctx, "context size in tokens (0: the model's, at most 4096)");
     app.add_option("-b,--batch-size", n_batch, "logical batch size");
@@ -36,7 +38,15 @@ LoadOptions ModelFlags::load_options() const {
     o.use_mmap = !no_mmap;
     o.repack = !no_repack;
     o.fuse = !no_fuse;
-    o.huge_pages = !no_hugepages;
+    if (hugepages == "auto") {
+        o.huge_pages = HugePages::Auto;
+    } else if (hugepages == "on") {
+        o.huge_pages = HugePages::On;
+    } else if (hugepages == "off") {
+        o.huge_pages = HugePages::Off;
+    } else {
+        fail("--hugepages: expected on, off or auto, found '{}'", hugepages);
+    }
     if (weight_type.empty()) {
         o.weight_type = GGML_TYPE_COUNT;
     } else if (weight_type == "q8_0") {

@@ -17,7 +17,7 @@ struct ModelFlags {
     bool no_mmap = false;
     bool no_repack = false;
     bool no_fuse = false;
-    bool no_hugepages = false;
+    std::string hugepages = "auto";
     std::string weight_type;   // "" or q8_0
     int64_t n_ctx = 0;
     int64_t n_batch = 2048;

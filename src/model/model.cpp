@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include <sys/mman.h>
 
@@ -105,6 +107,21 @@ void advise_huge_pages(ggml_backend_buffer_t buf) {
     const uintptr_t lo = (base + huge - 1) / huge * huge;
     const uintptr_t hi = (base + ggml_backend_buffer_get_size(buf)) / huge * huge;
     if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_HUGEPAGE);
+}
+
+// A virtio memory balloon that reports free pages to the host (feature bit 5,
+// VIRTIO_BALLOON_F_REPORTING): the guest hands back free blocks of 2 MiB and
+// more, exactly what huge pages are then made of, so each one costs the host
+// 512 page faults on first touch.
+bool free_pages_go_to_host() {
+    std::error_code ec;
+    for (const auto &dev : std::filesystem::directory_iterator("/sys/bus/virtio/devices", ec)) {
+        std::ifstream id(dev.path() / "device"), features(dev.path() / "features");
+        std::string device, bits;
+        if (!(id >> device) || device != "0x0005" || !(features >> bits)) continue;
+        if (bits.size() > 5 && bits[5] == '1') return true;
+    }
+    return false;
 }
 
 // Whether the CPU backend can multiply by a weight of this type and shape
@@ -280,6 +297,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // kernel takes the matrix, else in place in the mapping, else a copy.
     const std::vector<ggml_backend_buffer_type_t> extra_bufts =
         opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
+    const bool huge_pages = want_huge_pages(opts.huge_pages);
     auto extra_for = [&](const Entry &e) -> ggml_backend_buffer_type_t {
         if (e.role != TensorRole::Linear && e.role != TensorRole::Experts) return nullptr;
         for (auto *b : extra_bufts) {
@@ -345,7 +363,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
         if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), size, ggml_backend_buft_name(buft));
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        if (opts.huge_pages) advise_huge_pages(buf);
+        if (huge_pages) advise_huge_pages(buf);
         m->extra_bufs_.push_back(buf);
         auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(buf));
         size_t at = 0;
@@ -360,7 +378,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
     if (m->copy_buf_) {
         ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        if (opts.huge_pages) advise_huge_pages(m->copy_buf_);
+        if (huge_pages) advise_huge_pages(m->copy_buf_);
     }
     // Fill the copies largest first, releasing each source's mapped pages
     // right after: the peak resident set is then the copies plus at most one
@@ -382,6 +400,12 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         for (size_t i = 0; i < p.e->src.parts.size(); ++i) f.release(p.e->src.parts[i], p.e->src.part_bytes[i]);
     }
     return m;
+}
+
+bool want_huge_pages(HugePages mode) {
+    if (mode != HugePages::Auto) return mode == HugePages::On;
+    static const bool cheap = !free_pages_go_to_host();
+    return cheap;
 }
 
 bool Model::has_weight(const std::string &name) const {

@@ -22,6 +22,8 @@
 
 namespace toy {
 
+enum class HugePages { Auto, On, Off };
+
 struct LoadOptions {
     bool use_mmap = true;
     // GGML_TYPE_COUNT keeps every tensor's file type; GGML_TYPE_Q8_0
@@ -37,11 +39,17 @@ struct LoadOptions {
     // fused, ggml's AMX prompt kernel ran 5-16% slower on the wide result
     // (BENCHMARKS.md) and decoding gained nothing measurable.
     bool fuse = true;
-    // Ask for transparent huge pages for the copied weights (see
-    // advise_huge_pages in model.cpp): decoding streams every weight each
-    // token, and 2 MiB pages let the hardware prefetchers run on.
-    bool huge_pages = true;
+    // Transparent huge pages for the copied weights (advise_huge_pages in
+    // model.cpp): decoding streams every weight each token and 2 MiB pages
+    // let the hardware prefetchers run on (+7-9% tg on F16 and K-quant
+    // models). Auto asks for them unless the machine is a VM that hands free
+    // memory back to its host: there, fresh 2 MiB pages come from memory the
+    // host must fault in again and loading took 0.7-1.7 s longer.
+    HugePages huge_pages = HugePages::Auto;
 };
+
+// Whether `mode` asks for huge pages on this machine.
+bool want_huge_pages(HugePages mode);
 
 class Model {
 public:
