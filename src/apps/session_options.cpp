@@ -12,6 +12,15 @@ ggml_type parse_cache_type(const std::string &s, const char *flag) {
     fail("{}: expected f32, f16 or q8_0, found '{}'", flag, s);
 }
 
+// "on", "off" or "auto" as the enum's On, Off or Auto.
+template <class Mode>
+Mode parse_on_off_auto(const std::string &s, const char *flag) {
+    if (s == "on") return Mode::On;
+    if (s == "off") return Mode::Off;
+    if (s == "auto") return Mode::Auto;
+    fail("{}: expected on, off or auto, found '{}'", flag, s);
+}
+
 }  // namespace
 
 void ModelFlags::add_to(CLI::App &app, bool with_trace) {
@@ -38,15 +47,7 @@ LoadOptions ModelFlags::load_options() const {
     o.use_mmap = !no_mmap;
     o.repack = !no_repack;
     o.fuse = !no_fuse;
-    if (hugepages == "auto") {
-        o.huge_pages = HugePages::Auto;
-    } else if (hugepages == "on") {
-        o.huge_pages = HugePages::On;
-    } else if (hugepages == "off") {
-        o.huge_pages = HugePages::Off;
-    } else {
-        fail("--hugepages: expected on, off or auto, found '{}'", hugepages);
-    }
+    o.huge_pages = parse_on_off_auto<HugePages>(hugepages, "--hugepages");
     if (weight_type.empty()) {
         o.weight_type = GGML_TYPE_COUNT;
     } else if (weight_type == "q8_0") {
@@ -65,15 +66,7 @@ SessionOptions ModelFlags::session_options() const {
     o.n_threads = n_threads;
     o.type_k = parse_cache_type(cache_type_k, "-ctk");
     o.type_v = parse_cache_type(cache_type_v, "-ctv");
-    if (flash_attn == "on") {
-        o.flash_attn = FlashAttn::On;
-    } else if (flash_attn == "off") {
-        o.flash_attn = FlashAttn::Off;
-    } else if (flash_attn == "auto") {
-        o.flash_attn = FlashAttn::Auto;
-    } else {
-        fail("-fa: expected on, off or auto, found '{}'", flash_attn);
-    }
+    o.flash_attn = parse_on_off_auto<FlashAttn>(flash_attn, "-fa");
     if (n_ctx < 0) fail("-c: expected a size >= 0, found {}", n_ctx);
     o.trace = trace ? stderr : nullptr;
     return o;
