@@ -4,6 +4,8 @@
 // file's size.
 #include "gguf/gguf_reader.h"
 
+#include "core/memory.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -627,11 +629,8 @@ std::vector<int64_t> File::get_int_array(std::string_view key) const {
 // ------------------------------------------------------------- File tensors
 
 void File::release(const void *p, size_t n) const {
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)p + page - 1) / page * page;
-    const uintptr_t hi = ((uintptr_t)p + n) / page * page;
-    if (lo < (uintptr_t)base_) lo = (uintptr_t)base_;
-    if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
+    // p lies inside the mapping, whose base is page aligned: whole pages only
+    advise_whole_blocks(p, n, (size_t)sysconf(_SC_PAGESIZE), MADV_DONTNEED);
 }
 
 const TensorInfo *File::find_tensor(std::string_view name) const {

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include "core/ggml_log.h"
+#include "core/memory.h"
 
 #include <ggml-cpu.h>
 
@@ -101,12 +102,7 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_bufts() {
 // For buffers of the CPU device (AMX and repack buffers are not "host" to
 // ggml, as their layout is private, but live in CPU memory all the same).
 void advise_huge_pages(ggml_backend_buffer_t buf) {
-    if (!buf) return;
-    constexpr uintptr_t huge = 2u << 20;
-    const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
-    const uintptr_t lo = (base + huge - 1) / huge * huge;
-    const uintptr_t hi = (base + ggml_backend_buffer_get_size(buf)) / huge * huge;
-    if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_HUGEPAGE);
+    if (buf) advise_whole_blocks(ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf), 2u << 20, MADV_HUGEPAGE);
 }
 
 // A virtio memory balloon that reports free pages to the host (feature bit 5,
