@@ -1,5 +1,6 @@
 #include "graph/forward.h"
 
+#include "core/error.h"
 #include "graph/blocks.h"
 
 #include <cmath>
@@ -9,7 +10,7 @@ namespace {
 
 // Everything one layer's attention needs besides its weights.
 struct AttnContext {
-    const Config &c;
+    const Builder &b;
     const ForwardParams &p;
     ForwardGraph &g;
     ggml_cgraph *gf;
@@ -17,7 +18,7 @@ struct AttnContext {
 };
 
 ggml_tensor *rope(ggml_context *ctx, ggml_tensor *x, const AttnContext &a) {
-    const RopeConfig &r = a.c.rope;
+    const RopeConfig &r = a.b.config().rope;
     return ggml_rope_ext(ctx, x, a.g.pos, a.rope_factors, r.n_rot, r.mode, r.n_ctx_orig, r.freq_base, r.freq_scale,
                          r.ext_factor, r.attn_factor, r.beta_fast, r.beta_slow);
 }
@@ -31,13 +32,16 @@ ggml_tensor *split_heads(ggml_context *ctx, ggml_tensor *x, int64_t head_dim, in
 
 // Self-attention of one layer: projections, q/k norm, rope, cache write,
 // attention, output projection. x: [n_embd, T] (normed). Returns [n_embd, T].
-ggml_tensor *self_attention(ggml_context *ctx, ggml_tensor *x, const LayerWeights &l, int il, const AttnContext &a) {
-    const Config &c = a.c;
+ggml_tensor *self_attention(ggml_tensor *x, int il, const AttnContext &a) {
+    const Builder &b = a.b;
+    ggml_context *ctx = b.ctx();
+    const Config &c = b.config();
+    const LayerWeights &l = b.weights().layers[il];
     const int64_t T = x->ne[1];
     // projections as [rows, T]: one fused matmul (views into its rows) or three
     ggml_tensor *q, *k, *v;
     if (l.wqkv) {
-        ggml_tensor *qkv = linear(ctx, l.wqkv, x, l.bqkv);  // [n_q + n_k + n_v, T]
+        ggml_tensor *qkv = b.linear(-1, Proj::Q, l.wqkv, x, l.bqkv);  // [n_q + n_k + n_v, T]
         const size_t es = ggml_element_size(qkv);
         q = ggml_view_2d(ctx, qkv, c.n_embd_q(), T, qkv->nb[1], 0);
         k = ggml_view_2d(ctx, qkv, c.n_embd_k_gqa(), T, qkv->nb[1], es * c.n_embd_q());
@@ -46,21 +50,24 @@ ggml_tensor *self_attention(ggml_context *ctx, ggml_tensor *x, const LayerWeight
         if (l.bq) q = ggml_add(ctx, q, l.bq);
         if (l.bk) k = ggml_add(ctx, k, l.bk);
         if (l.bv) v = ggml_add(ctx, v, l.bv);
+        q = b.add_adapters(il, Proj::Q, q, x);
+        k = b.add_adapters(il, Proj::K, k, x);
+        v = b.add_adapters(il, Proj::V, v, x);
     } else {
-        q = linear(ctx, l.wq, x, l.bq);
-        k = linear(ctx, l.wk, x, l.bk);
-        v = linear(ctx, l.wv, x, l.bv);
+        q = b.linear(il, Proj::Q, l.wq, x, l.bq);
+        k = b.linear(il, Proj::K, l.wk, x, l.bk);
+        v = b.linear(il, Proj::V, l.wv, x, l.bv);
     }
     if (c.qk_norm == QkNormKind::Full) {
-        q = norm(ctx, q, l.q_norm, nullptr, NormKind::Rms, c.norm_eps);
-        k = norm(ctx, k, l.k_norm, nullptr, NormKind::Rms, c.norm_eps);
+        q = b.norm(q, l.q_norm, nullptr, NormKind::Rms);
+        k = b.norm(k, l.k_norm, nullptr, NormKind::Rms);
     }
     q = split_heads(ctx, q, c.head_dim_k, c.n_head);
     k = split_heads(ctx, k, c.head_dim_k, c.n_head_kv);
     v = split_heads(ctx, v, c.head_dim_v, c.n_head_kv);
     if (c.qk_norm == QkNormKind::PerHead) {
-        q = named(norm(ctx, q, l.q_norm, nullptr, NormKind::Rms, c.norm_eps), "Qcur_normed", il);
-        k = named(norm(ctx, k, l.k_norm, nullptr, NormKind::Rms, c.norm_eps), "Kcur_normed", il);
+        q = named(b.norm(q, l.q_norm, nullptr, NormKind::Rms), "Qcur_normed", il);
+        k = named(b.norm(k, l.k_norm, nullptr, NormKind::Rms), "Kcur_normed", il);
     }
     if (c.pos == PosKind::Rope) {
         q = rope(ctx, q, a);
@@ -73,46 +80,56 @@ ggml_tensor *self_attention(ggml_context *ctx, ggml_tensor *x, const LayerWeight
 
     const ForwardParams &p = a.p;
     ggml_tensor *mask = c.layer_uses_swa(il) ? a.g.mask_swa : a.g.mask;
-    ggml_tensor *k_all = k, *v_all = v;
-    bool v_trans = false;
-    if (p.kv) {
-        // write this batch into the cache, then attend over n_kv cells of it
-        const KvBinding &kv = *p.kv;
-        ggml_tensor *kc = kv.k[il], *vc = kv.v[il];
-        ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, kc, ggml_view_2d(ctx, k, c.n_embd_k_gqa(), T, k->nb[2], 0), a.g.k_idxs));
-        if (kv.v_trans) {
-            ggml_tensor *v2 = ggml_reshape_2d(ctx, ggml_cont(ctx, v), 1, c.n_embd_v_gqa() * T);
-            ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, vc, 1, ggml_nelements(vc)), v2, a.g.v_idxs));
-        } else {
-            ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, vc, ggml_view_2d(ctx, v, c.n_embd_v_gqa(), T, v->nb[2], 0), a.g.k_idxs));
-        }
-        k_all = ggml_view_3d(ctx, kc, c.head_dim_k, c.n_head_kv, p.n_kv, ggml_row_size(kc->type, c.head_dim_k),
-                             ggml_row_size(kc->type, c.n_embd_k_gqa()), 0);
-        if (kv.v_trans) {
-            // [n_kv, n_head_kv, head_dim_v] over rows of kv_size cells
-            v_all = ggml_view_3d(ctx, vc, p.n_kv, c.n_head_kv, c.head_dim_v,
-                                 ggml_row_size(vc->type, kv.kv_size * c.head_dim_v), ggml_row_size(vc->type, kv.kv_size), 0);
-            v_trans = true;
-        } else {
-            v_all = ggml_view_3d(ctx, vc, c.head_dim_v, c.n_head_kv, p.n_kv, ggml_row_size(vc->type, c.head_dim_v),
-                                 ggml_row_size(vc->type, c.n_embd_v_gqa()), 0);
-        }
-    }
     AttentionOptions ao;
     ao.kq_scale = c.attn_scale != 0.0f ? c.attn_scale : 1.0f / std::sqrt((float)c.head_dim_k);
     ao.softcap = c.attn_softcap;
     ao.flash_attn = p.flash_attn;
-    ggml_tensor *out = named(attention(ctx, q, k_all, v_all, v_trans, mask, ao), "kqv_out", il);
-    return linear(ctx, l.wo, out, l.bo);
+    ggml_tensor *out;
+    if (p.train || p.n_seqs > 1) {
+        out = b.attention_batched(q, k, v, mask, p.n_seqs, ao);
+    } else {
+        ggml_tensor *k_all = k, *v_all = v;
+        bool v_trans = false;
+        if (p.kv) {
+            // write this batch into the cache, then attend over n_kv cells of it
+            const KvBinding &kv = *p.kv;
+            ggml_tensor *kc = kv.k[il], *vc = kv.v[il];
+            ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, kc, ggml_view_2d(ctx, k, c.n_embd_k_gqa(), T, k->nb[2], 0), a.g.k_idxs));
+            if (kv.v_trans) {
+                ggml_tensor *v2 = ggml_reshape_2d(ctx, ggml_cont(ctx, v), 1, c.n_embd_v_gqa() * T);
+                ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, vc, 1, ggml_nelements(vc)), v2, a.g.v_idxs));
+            } else {
+                ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, vc, ggml_view_2d(ctx, v, c.n_embd_v_gqa(), T, v->nb[2], 0), a.g.k_idxs));
+            }
+            k_all = ggml_view_3d(ctx, kc, c.head_dim_k, c.n_head_kv, p.n_kv, ggml_row_size(kc->type, c.head_dim_k),
+                                 ggml_row_size(kc->type, c.n_embd_k_gqa()), 0);
+            if (kv.v_trans) {
+                // [n_kv, n_head_kv, head_dim_v] over rows of kv_size cells
+                v_all = ggml_view_3d(ctx, vc, p.n_kv, c.n_head_kv, c.head_dim_v,
+                                     ggml_row_size(vc->type, kv.kv_size * c.head_dim_v), ggml_row_size(vc->type, kv.kv_size), 0);
+                v_trans = true;
+            } else {
+                v_all = ggml_view_3d(ctx, vc, c.head_dim_v, c.n_head_kv, p.n_kv, ggml_row_size(vc->type, c.head_dim_v),
+                                     ggml_row_size(vc->type, c.n_embd_v_gqa()), 0);
+            }
+        }
+        out = b.attention(q, k_all, v_all, v_trans, mask, ao);
+    }
+    named(out, "kqv_out", il);
+    return b.linear(il, Proj::O, l.wo, out, l.bo);
 }
 
 }  // namespace
 
-ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Model &model, const ForwardParams &p) {
-    const Config &c = model.config();
-    const Weights &w = model.weights();
+ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Config &c, const Weights &w,
+                           const ForwardParams &p) {
+    if (p.n_seqs < 1 || p.n_tokens % p.n_seqs != 0 || ((p.train || p.n_seqs > 1) && (p.kv || p.flash_attn))) {
+        fail("internal: forward graph of {} tokens in {} sequences (cache {}, flash attention {})", p.n_tokens, p.n_seqs,
+             p.kv != nullptr, p.flash_attn);
+    }
+    const Builder b(ctx, c, w, p.adapters, p.train);
     const int64_t T = p.n_tokens;
-    const int64_t n_kv = p.kv ? p.n_kv : T;
+    const int64_t n_kv = p.kv ? p.n_kv : T / p.n_seqs;  // sequences share one [T, T] mask
     ForwardGraph g;
 
     g.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
@@ -120,10 +137,10 @@ ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Model &mode
     g.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     ggml_set_input(named(g.pos, "inp_pos"));
     const ggml_type mask_type = p.flash_attn ? GGML_TYPE_F16 : GGML_TYPE_F32;
-    g.mask = ggml_new_tensor_2d(ctx, mask_type, n_kv, T);
+    g.mask = ggml_new_tensor_2d(ctx, mask_type, n_kv, T / p.n_seqs);
     ggml_set_input(named(g.mask, "kq_mask"));
     if (c.n_swa > 0) {
-        g.mask_swa = ggml_new_tensor_2d(ctx, mask_type, n_kv, T);
+        g.mask_swa = ggml_new_tensor_2d(ctx, mask_type, n_kv, T / p.n_seqs);
         ggml_set_input(named(g.mask_swa, "kq_mask_swa"));
     }
     if (p.kv) {
@@ -140,7 +157,7 @@ ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Model &mode
         ggml_set_input(named(g.out_ids, "inp_out_ids"));
     }
 
-    AttnContext a{c, p, g, gf, w.rope_freqs};
+    AttnContext a{b, p, g, gf, w.rope_freqs};
     ggml_tensor *rope_freqs_computed = nullptr;
     if (!a.rope_factors && !c.rope.freq_factors.empty()) {
         // Llama-3 factors derived from metadata: a small constant input
@@ -158,45 +175,41 @@ ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Model &mode
     for (int il = 0; il < c.n_layer; ++il) {
         const LayerWeights &l = w.layers[il];
         ggml_tensor *residual = x;
-        ggml_tensor *cur = named(norm(ctx, x, l.attn_norm, l.attn_norm_b, c.norm, c.norm_eps), "attn_norm", il);
-        cur = self_attention(ctx, cur, l, il, a);
+        ggml_tensor *cur = named(b.norm(x, l.attn_norm, l.attn_norm_b, c.norm), "attn_norm", il);
+        cur = self_attention(cur, il, a);
         named(cur, "attn_out", il);
         if (il == c.n_layer - 1 && g.out_ids) {
             // only the rows whose logits are read go on from here
             cur = ggml_get_rows(ctx, cur, g.out_ids);
             residual = ggml_get_rows(ctx, residual, g.out_ids);
         }
-        if (c.post_norms) cur = named(norm(ctx, cur, l.post_attn_norm, nullptr, NormKind::Rms, c.norm_eps), "attn_post_norm", il);
+        if (c.post_norms) cur = named(b.norm(cur, l.post_attn_norm, nullptr, NormKind::Rms), "attn_post_norm", il);
         if (c.residual_scale != 1.0f) cur = ggml_scale(ctx, cur, c.residual_scale);
         ggml_tensor *ffn_inp = named(ggml_add(ctx, cur, residual), "ffn_inp", il);
 
-        cur = named(norm(ctx, ffn_inp, l.ffn_norm, l.ffn_norm_b, c.norm, c.norm_eps), "ffn_norm", il);
+        cur = named(b.norm(ffn_inp, l.ffn_norm, l.ffn_norm_b, c.norm), "ffn_norm", il);
         if (c.is_moe()) {
             ggml_tensor *choices = nullptr;
-            cur = mixture_of_experts(ctx, cur, l, c, il, &choices);
+            cur = b.mixture_of_experts(cur, il, &choices);
             g.router_choices.push_back(choices);
         } else {
-            cur = feed_forward(ctx, cur, l, c.ffn);
+            cur = b.feed_forward(cur, il);
         }
-        if (c.post_norms) cur = norm(ctx, cur, l.post_ffn_norm, nullptr, NormKind::Rms, c.norm_eps);
+        if (c.post_norms) cur = b.norm(cur, l.post_ffn_norm, nullptr, NormKind::Rms);
         named(cur, "ffn_out", il);
         if (c.residual_scale != 1.0f) cur = ggml_scale(ctx, cur, c.residual_scale);
         x = named(ggml_add(ctx, cur, ffn_inp), "l_out", il);
     }
 
-    x = named(norm(ctx, x, w.output_norm, w.output_norm_b, c.norm, c.norm_eps), "result_norm");
+    x = named(b.norm(x, w.output_norm, w.output_norm_b, c.norm), "result_norm");
     g.hidden = x;
     if (!p.logits) {
         ggml_build_forward_expand(gf, x);
         return g;
     }
-    ggml_tensor *logits = linear(ctx, w.output, x);
+    ggml_tensor *logits = b.linear(-1, Proj::O, w.output, x);
     if (c.logit_scale != 1.0f) logits = ggml_scale(ctx, logits, 1.0f / c.logit_scale);
-    if (c.final_softcap > 0.0f) {
-        logits = ggml_scale(ctx, logits, 1.0f / c.final_softcap);
-        logits = ggml_tanh(ctx, logits);
-        logits = ggml_scale(ctx, logits, c.final_softcap);
-    }
+    if (c.final_softcap > 0.0f) logits = b.softcap(logits, c.final_softcap);
     g.logits = named(logits, "result_output");
     ggml_build_forward_expand(gf, g.logits);
     return g;

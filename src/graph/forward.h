@@ -7,6 +7,7 @@
 // under a causal mask, which is the graph a trainer differentiates.
 #pragma once
 
+#include "graph/adapters.h"
 #include "model/model.h"
 
 #include <ggml.h>
@@ -25,12 +26,15 @@ struct KvBinding {
 };
 
 struct ForwardParams {
-    int64_t n_tokens = 0;
+    int64_t n_tokens = 0;       // all tokens of the batch (n_seqs sequences of n_tokens / n_seqs each)
+    int64_t n_seqs = 1;         // sequence mode only: independent sequences, each attending to itself
     int64_t n_kv = 0;           // cache cells attended (with a cache); ignored without
     int64_t n_outputs = 0;      // rows that go through the output head (the last n_outputs of out_ids)
     bool flash_attn = false;
     const KvBinding *kv = nullptr;  // null: sequence mode (attention within the batch)
     bool logits = true;         // false: stop at result_norm (hidden states)
+    const Adapters *adapters = nullptr;  // LoRA terms on the linear projections (null: none)
+    bool train = false;         // only ops ggml can differentiate (blocks.h); sequence mode only
 };
 
 // Inputs the caller fills before each compute, and the outputs.
@@ -38,6 +42,7 @@ struct ForwardGraph {
     ggml_tensor *tokens = nullptr;    // I32 [n_tokens]
     ggml_tensor *pos = nullptr;       // I32 [n_tokens]
     ggml_tensor *mask = nullptr;      // F32 (F16 with flash attention) [n_kv, n_tokens]: 0 or -inf
+                                      // (several sequences: [T, T], shared by all of them)
     ggml_tensor *mask_swa = nullptr;  // same, for sliding-window layers (null when none)
     ggml_tensor *k_idxs = nullptr;    // I64 [n_tokens]: cache cell of each token
     ggml_tensor *v_idxs = nullptr;    // I64 [n_tokens] or, transposed V, [n_tokens * n_embd_v_gqa]
@@ -62,7 +67,11 @@ inline size_t forward_graph_size(const Config &c) { return std::max<size_t>(2048
 
 // Adds the forward pass to `gf`. Tensors are named as llama.cpp names them
 // (inp_embd, attn_norm-L, Qcur-L, ..., result_output) so traces can be diffed.
-ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Model &model, const ForwardParams &p);
+ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Config &c, const Weights &w,
+                           const ForwardParams &p);
+inline ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Model &model, const ForwardParams &p) {
+    return build_forward(ctx, gf, model.config(), model.weights(), p);
+}
 
 // Index of cell `cell`, row `j` of a transposed V cache, for v_idxs.
 inline int64_t v_trans_index(int64_t kv_size, int64_t j, int64_t cell) { return j * kv_size + cell; }

@@ -49,8 +49,10 @@ void set_forward_inputs(const graph::ForwardGraph &g, const Config &c, std::span
                         std::span<const int32_t> pos) {
     ggml_backend_tensor_set(g.tokens, tokens.data(), 0, tokens.size() * sizeof(int32_t));
     ggml_backend_tensor_set(g.pos, pos.data(), 0, pos.size() * sizeof(int32_t));
-    set_causal_mask(g.mask, pos, 0);
-    if (g.mask_swa) set_causal_mask(g.mask_swa, pos, c.n_swa);
+    // several sequences of the same positions share one mask of their length
+    const std::span<const int32_t> q_pos = pos.first(g.mask->ne[1]);
+    set_causal_mask(g.mask, q_pos, 0);
+    if (g.mask_swa) set_causal_mask(g.mask_swa, q_pos, c.n_swa);
     if (g.rope_freqs) {
         ggml_backend_tensor_set(g.rope_freqs, c.rope.freq_factors.data(), 0, c.rope.freq_factors.size() * sizeof(float));
     }
