@@ -113,7 +113,7 @@ namespace {
 ggml_tensor *repeat_kv(ggml_context *ctx, ggml_tensor *x, int64_t g) {
     if (g == 1) return x;
     const int64_t a = x->ne[0], b = x->ne[1], nkv = x->ne[2], B = x->ne[3];
-    ggml_tensor *x4 = ggml_reshape_4d(ctx, ggml_cont(ctx, x), a * b, 1, nkv, B);
+    ggml_tensor *x4 = ggml_reshape_4d(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), a * b, 1, nkv, B);
     ggml_tensor *rep = ggml_repeat_4d(ctx, x4, a * b, g, nkv, B);
     return ggml_reshape_4d(ctx, rep, a, b, nkv * g, B);
 }
@@ -133,7 +133,7 @@ ggml_tensor *Builder::attention_batched(ggml_tensor *q, ggml_tensor *k, ggml_ten
     ggml_tensor *kq = ggml_mul_mat(ctx_, k, q);                 // [T, T, n_head, B]
     if (o.softcap > 0.0f) kq = softcap(kq, o.softcap);
     kq = ggml_soft_max_ext(ctx_, kq, mask, o.kq_scale, 0.0f);
-    v = repeat_kv(ctx_, ggml_permute(ctx_, seqs(v), 1, 2, 0, 3), g);  // [T, head_dim_v, n_head, B]
+    v = repeat_kv(ctx_, ggml_cont(ctx_, ggml_permute(ctx_, seqs(v), 1, 2, 0, 3)), g);  // [T, head_dim_v, n_head, B]
     ggml_tensor *kqv = ggml_mul_mat(ctx_, v, kq);               // [head_dim_v, T, n_head, B]
     kqv = ggml_permute(ctx_, kqv, 0, 2, 1, 3);                  // [head_dim_v, n_head, T, B]
     return ggml_cont_2d(ctx_, kqv, kqv->ne[0] * kqv->ne[1], T * n_seqs);

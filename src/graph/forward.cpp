@@ -46,6 +46,12 @@ ggml_tensor *self_attention(ggml_tensor *x, int il, const AttnContext &a) {
         q = ggml_view_2d(ctx, qkv, c.n_embd_q(), T, qkv->nb[1], 0);
         k = ggml_view_2d(ctx, qkv, c.n_embd_k_gqa(), T, qkv->nb[1], es * c.n_embd_q());
         v = ggml_view_2d(ctx, qkv, c.n_embd_v_gqa(), T, qkv->nb[1], es * (c.n_embd_q() + c.n_embd_k_gqa()));
+        if (b.train()) {
+            // ggml's backward needs contiguous gradients where the views' are strided
+            q = ggml_cont(ctx, q);
+            k = ggml_cont(ctx, k);
+            v = ggml_cont(ctx, v);
+        }
         // biases that could not be fused with each other (types differ)
         if (l.bq) q = ggml_add(ctx, q, l.bq);
         if (l.bk) k = ggml_add(ctx, k, l.bk);

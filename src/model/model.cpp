@@ -408,6 +408,12 @@ bool Model::has_weight(const std::string &name) const {
     return stored_.count(name) > 0 || (name == "output.weight" && w_.tied_output);
 }
 
+ggml_type Model::file_type(const std::string &name) const {
+    auto it = stored_.find(name == "output.weight" && w_.tied_output ? "token_embd.weight" : name);
+    if (it == stored_.end()) fail("{}: no weight named '{}'", path(), name);
+    return it->second.src.type;
+}
+
 std::vector<float> Model::read_weight(const std::string &name, std::array<int64_t, 4> *ne) const {
     auto it = stored_.find(name == "output.weight" && w_.tied_output ? "token_embd.weight" : name);
     if (it == stored_.end()) fail("{}: no weight named '{}'", path(), name);

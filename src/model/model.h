@@ -67,6 +67,8 @@ public:
     // values the engine computes with (dequantized; requantized when asked).
     std::vector<float> read_weight(const std::string &name, std::array<int64_t, 4> *ne = nullptr) const;
     bool has_weight(const std::string &name) const;
+    // The type a weight has in the file (for a per-head one, its heads' type).
+    ggml_type file_type(const std::string &name) const;
     // The tensors the graph uses (fused ones under their own names, e.g.
     // blk.0.attn_qkv.weight), for byte accounting.
     std::vector<const ggml_tensor *> bound_tensors() const;

@@ -12,7 +12,8 @@
 
 namespace toy {
 
-std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> tokens, int n_threads) {
+std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> tokens, int n_threads,
+                                 const graph::Adapters *adapters) {
     const Config &c = model.config();
     const int64_t T = (int64_t)tokens.size();
     check_tokens(model, tokens, 0);
@@ -24,6 +25,7 @@ std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> to
     graph::ForwardParams p;
     p.n_tokens = T;
     p.n_outputs = T;
+    p.adapters = adapters;
     graph::ForwardGraph g = graph::build_forward(ctx.get(), gf, model, p);
 
     std::unique_ptr<ggml_backend, decltype(&ggml_backend_free)> backend(ggml_backend_cpu_init(), ggml_backend_free);

@@ -4,6 +4,7 @@
 // uses Session, which computes the same function through the cache.
 #pragma once
 
+#include "graph/adapters.h"
 #include "model/model.h"
 
 #include <span>
@@ -11,7 +12,9 @@
 
 namespace toy {
 
-// T x n_vocab logits, row-major. Positions start at 0.
-std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> tokens, int n_threads = 0);
+// T x n_vocab logits, row-major. Positions start at 0. With adapters, their
+// terms are added to the model's projections.
+std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> tokens, int n_threads = 0,
+                                 const graph::Adapters *adapters = nullptr);
 
 }  // namespace toy

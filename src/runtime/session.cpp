@@ -46,15 +46,8 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
         flash_attn_ = false;
     }
 
-    backend_ = ggml_backend_cpu_init();
-    if (!backend_) fail("could not start the CPU backend");
-    const int n_threads = opts.n_threads > 0 ? opts.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-    ggml_backend_cpu_set_n_threads(backend_, n_threads);
-    // one thread pool for the session's life: no per-graph setup
-    ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
-    threadpool_ = ggml_threadpool_new(&tpp);
-    if (!threadpool_) fail("could not start a pool of {} threads", n_threads);
-    ggml_backend_cpu_set_threadpool(backend_, threadpool_);
+    engine_ = std::make_unique<Engine>(opts.n_threads);
+    backend_ = engine_->backend();
 
     // KV cache: one K and one V tensor per layer, in one zeroed buffer (masked
     // cells are multiplied by zero weights; they must not hold NaNs)
@@ -80,7 +73,7 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
     ggml_backend_buffer_clear(kv_buf_, 0);
 
     graph_size_ = graph::forward_graph_size(c);
-    sched_ = ggml_backend_sched_new(&backend_, nullptr, 1, graph_size_, false, true);
+    sched_ = engine_->make_scheduler(graph_size_);
     if (opts.trace) {
         trace_.out = opts.trace;
         ggml_backend_sched_set_eval_callback(sched_, trace_callback, &trace_);
@@ -92,8 +85,6 @@ Session::~Session() {
     if (graph_ctx_) ggml_free(graph_ctx_);
     if (kv_buf_) ggml_backend_buffer_free(kv_buf_);
     if (kv_ctx_) ggml_free(kv_ctx_);
-    if (backend_) ggml_backend_free(backend_);
-    if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
 void Session::reset() {

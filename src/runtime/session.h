@@ -5,6 +5,7 @@
 
 #include "graph/forward.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "runtime/inputs.h"
 #include "runtime/trace.h"
 
@@ -12,6 +13,7 @@
 #include <ggml-cpu.h>
 
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -77,8 +79,8 @@ private:
     bool flash_attn_ = false;
     std::vector<std::string> notes_;
 
-    ggml_backend_t backend_ = nullptr;
-    ggml_threadpool_t threadpool_ = nullptr;
+    std::unique_ptr<Engine> engine_;
+    ggml_backend_t backend_ = nullptr;  // engine_'s
     ggml_backend_sched_t sched_ = nullptr;
 
     // KV cache

@@ -1,0 +1,68 @@
+// What a training run changes: the trainable tensors of a base model, bound
+// so the one graph builder (graph/forward.h) runs over them.
+//
+//   full fine-tune (and from scratch, which is a full fine-tune of a model
+//   `toy init` made): every weight becomes an F32 parameter; F32, F16 and
+//   BF16 bases convert exactly, a quantized base is refused.
+//   LoRA: the base stays as loaded (mapped, any type toy runs) and frozen;
+//   the parameters are the adapters' A and B (graph/adapters.h).
+#pragma once
+
+#include "graph/adapters.h"
+#include "model/model.h"
+#include "train/params.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace toy::train {
+
+enum class Mode { Full, Lora };
+
+struct LoraOptions {
+    int rank = 8;
+    float alpha = 16.0f;
+    std::vector<graph::Proj> targets{graph::Proj::Q, graph::Proj::K, graph::Proj::V, graph::Proj::O};
+    bool per_head = false;  // Q as one rank-r adapter per head (the original system's query LoRA)
+    uint64_t seed = 42;
+};
+
+// "q,k,v,o,gate,up,down" (or "all") -> projections; throws toy::Error.
+std::vector<graph::Proj> parse_lora_targets(const std::string &list);
+
+// Throws a one-line toy::Error when this architecture cannot be trained
+// (ops ggml cannot differentiate), before anything is built.
+void check_trainable(const Config &c);
+
+class TrainableModel {
+public:
+    static std::unique_ptr<TrainableModel> full(const Model &base);
+    static std::unique_ptr<TrainableModel> lora(const Model &base, const LoraOptions &o);
+
+    Mode mode() const { return mode_; }
+    const Model &base() const { return base_; }
+    const Config &config() const { return base_.config(); }
+    const Weights &weights() const { return mode_ == Mode::Full ? w_ : base_.weights(); }
+    const graph::Adapters *adapters() const { return mode_ == Mode::Lora ? &adapters_ : nullptr; }
+    ParamSet &params() { return *params_; }
+    const ParamSet &params() const { return *params_; }
+    const LoraOptions &lora_options() const { return lora_; }
+
+    // Full: a GGUF of the trained model (the base's metadata, F32 weights,
+    // per-head checkpoints written in the standard fused layout).
+    // LoRA: an adapter in llama.cpp's format (per-head terms as the
+    // equivalent standard adapter with block-diagonal B). Atomic.
+    void write(const std::string &path) const;
+
+private:
+    TrainableModel(const Model &base, Mode mode) : base_(base), mode_(mode) {}
+    const Model &base_;
+    Mode mode_;
+    std::unique_ptr<ParamSet> params_;
+    Weights w_;
+    graph::Adapters adapters_;
+    LoraOptions lora_;
+};
+
+}  // namespace toy::train

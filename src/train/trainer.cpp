@@ -1,0 +1,299 @@
+#include "train/trainer.h"
+
+#include "core/error.h"
+#include "graph/blocks.h"
+#include "graph/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace toy::train {
+
+float LrSchedule::at(int64_t step) const {
+    if (warmup > 0 && step < warmup) return lr * (float)(step + 1) / (float)warmup;
+    if (kind == ScheduleKind::Constant || total <= warmup) return lr;
+    const double t = std::clamp((double)(step - warmup) / (double)std::max<int64_t>(1, total - warmup), 0.0, 1.0);
+    const double lo = lr * min_ratio;
+    if (kind == ScheduleKind::Linear) return (float)(lr + (lo - lr) * t);
+    return (float)(lo + 0.5 * (lr - lo) * (1.0 + std::cos(M_PI * t)));
+}
+
+// One graph computing the loss of a micro-batch (and, for training, the
+// gradients accumulated into the parameters' .grad tensors).
+struct Trainer::LossGraph {
+    ggml_context *ctx = nullptr;
+    ggml_cgraph *gf = nullptr;
+    graph::ForwardGraph g;
+    ggml_tensor *labels = nullptr;   // F32 [n_vocab, N] one-hot
+    ggml_tensor *row_mask = nullptr; // F32 [1, N]
+    ggml_tensor *weight = nullptr;   // F32 [1]
+    ggml_tensor *loss = nullptr;
+    ggml_tensor *loss_grad = nullptr;  // d loss / d loss, 1 before each compute (backward only)
+    InputBuffer inputs;
+    ~LossGraph() {
+        if (ctx) ggml_free(ctx);
+    }
+};
+
+namespace {
+
+size_t loss_graph_size(const Config &c) { return std::max<size_t>(8192, (size_t)c.n_layer * 1200 + 2048); }
+
+}  // namespace
+
+Trainer::Trainer(const Engine &engine, TrainableModel &model, const TrainerOptions &opts)
+    : engine_(engine), model_(model), opts_(opts) {
+    const Config &c = model.config();
+    if (opts.n_ctx < 1 || opts.seqs_per_ubatch < 1 || opts.ubatches < 1) {
+        fail("training batch: expected positive sizes, found -c {}, {} sequences per micro-batch, {} micro-batches",
+             opts.n_ctx, opts.seqs_per_ubatch, opts.ubatches);
+    }
+    if (c.pos == PosKind::Learned && opts.n_ctx > c.n_ctx_train) {
+        fail("-c {}: {} has {} learned positions", opts.n_ctx, model.base().path(), c.n_ctx_train);
+    }
+    sched_ = engine.make_scheduler(loss_graph_size(c));
+    if (opts.trace) {
+        trace_.out = opts.trace;
+        ggml_backend_sched_set_eval_callback(sched_, trace_callback, &trace_);
+    }
+    train_ = std::make_unique<LossGraph>();
+    eval_ = std::make_unique<LossGraph>();
+    build_loss_graph(*train_, true);
+    build_loss_graph(*eval_, false);
+    build_optimizer_graphs();
+}
+
+Trainer::~Trainer() {
+    if (norm_alloc_) ggml_gallocr_free(norm_alloc_);
+    if (update_alloc_) ggml_gallocr_free(update_alloc_);
+    if (opt_ctx_) ggml_free(opt_ctx_);
+    train_.reset();
+    eval_.reset();
+    if (sched_) ggml_backend_sched_free(sched_);
+}
+
+void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
+    const Config &c = model_.config();
+    const size_t size = loss_graph_size(c);
+    ggml_init_params ip{ggml_tensor_overhead() * size * 3 + ggml_graph_overhead_custom(size, backward), nullptr, true};
+    lg.ctx = ggml_init(ip);
+    if (!lg.ctx) fail("out of memory creating the training graph");
+    lg.gf = ggml_new_graph_custom(lg.ctx, size, backward);
+
+    const int64_t n_seqs = opts_.seqs_per_ubatch, N = opts_.n_ctx * n_seqs;
+    graph::ForwardParams p;
+    p.n_tokens = N;
+    p.n_seqs = n_seqs;
+    p.n_outputs = N;
+    p.train = true;
+    p.adapters = model_.adapters();
+    lg.g = graph::build_forward(lg.ctx, lg.gf, c, model_.weights(), p);
+
+    lg.labels = ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, c.n_vocab, N);
+    ggml_set_input(graph::named(lg.labels, "train_labels"));
+    lg.row_mask = ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, 1, N);
+    ggml_set_input(graph::named(lg.row_mask, "train_row_mask"));
+    lg.weight = ggml_new_tensor_1d(lg.ctx, GGML_TYPE_F32, 1);
+    ggml_set_input(graph::named(lg.weight, "train_loss_weight"));
+    ggml_tensor *logits = ggml_mul(lg.ctx, lg.g.logits, lg.row_mask);
+    lg.loss = ggml_mul(lg.ctx, ggml_cross_entropy_loss(lg.ctx, logits, lg.labels), lg.weight);
+    graph::named(lg.loss, "train_loss");
+    ggml_set_output(lg.loss);
+    ggml_set_loss(lg.loss);
+    ggml_build_forward_expand(lg.gf, lg.loss);
+
+    std::vector<ggml_tensor *> inputs = lg.g.inputs();
+    inputs.insert(inputs.end(), {lg.labels, lg.row_mask, lg.weight});
+    if (backward) {
+        // every parameter's gradient goes into its own accumulator
+        const int n_nodes = ggml_graph_n_nodes(lg.gf);
+        std::vector<ggml_tensor *> accs(n_nodes, nullptr);
+        for (int i = 0; i < n_nodes; ++i) {
+            ggml_tensor *node = ggml_graph_node(lg.gf, i);
+            if (!(node->flags & GGML_TENSOR_FLAG_PARAM)) continue;
+            for (const Param &prm : model_.params().params())
+                if (prm.value == node) accs[i] = prm.grad;
+        }
+        ggml_build_backward_expand(lg.ctx, lg.gf, accs.data());
+        lg.loss_grad = ggml_graph_get_grad_acc(lg.gf, lg.loss);
+        ggml_set_input(lg.loss_grad);
+        inputs.push_back(lg.loss_grad);
+    }
+    lg.inputs.place(engine_.buffer_type(), inputs);
+}
+
+void Trainer::use(LossGraph &lg) {
+    if (allocated_ == &lg) return;
+    ggml_backend_sched_reset(sched_);
+    if (!ggml_backend_sched_alloc_graph(sched_, lg.gf)) {
+        fail("could not allocate the training graph ({} x {} tokens)", opts_.seqs_per_ubatch, opts_.n_ctx);
+    }
+    allocated_ = &lg;
+}
+
+double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows, float weight) {
+    const Config &c = model_.config();
+    const int64_t T = opts_.n_ctx, n_seqs = opts_.seqs_per_ubatch, N = T * n_seqs;
+    use(lg);
+    std::vector<int32_t> tokens(N), pos(N);
+    std::vector<float> mask(N, 0.0f);
+    std::vector<float> labels((size_t)N * c.n_vocab, 0.0f);
+    for (int64_t s = 0; s < n_seqs; ++s) {
+        const Window &w = *windows[s];
+        if ((int64_t)w.tokens.size() != T + 1 || (int64_t)w.mask.size() != T) {
+            fail("internal: a window of {} tokens where -c {} needs {}", w.tokens.size(), T, T + 1);
+        }
+        for (int64_t i = 0; i < T; ++i) {
+            const int64_t row = s * T + i;
+            tokens[row] = w.tokens[i];
+            pos[row] = (int32_t)i;
+            if (!w.mask[i]) continue;
+            const int32_t target = w.tokens[i + 1];
+            if (target < 0 || target >= c.n_vocab) {
+                fail("token id {} is out of range: the vocabulary has {} tokens", target, c.n_vocab);
+            }
+            mask[row] = 1.0f;
+            labels[(size_t)row * c.n_vocab + target] = 1.0f;
+        }
+    }
+    for (int32_t t : tokens) {
+        if (t < 0 || t >= c.n_vocab) fail("token id {} is out of range: the vocabulary has {} tokens", t, c.n_vocab);
+    }
+    set_forward_inputs(lg.g, c, tokens, pos);
+    ggml_backend_tensor_set(lg.labels, labels.data(), 0, labels.size() * sizeof(float));
+    ggml_backend_tensor_set(lg.row_mask, mask.data(), 0, mask.size() * sizeof(float));
+    ggml_backend_tensor_set(lg.weight, &weight, 0, sizeof(float));
+    if (lg.loss_grad) {
+        const float one = 1.0f;
+        ggml_backend_tensor_set(lg.loss_grad, &one, 0, sizeof(float));
+    }
+    trace_.graph++;
+    if (ggml_backend_sched_graph_compute(sched_, lg.gf) != GGML_STATUS_SUCCESS) fail("training graph computation failed");
+    float loss = 0.0f;
+    ggml_backend_tensor_get(lg.loss, &loss, 0, sizeof(float));
+    return loss;
+}
+
+StepStats Trainer::step(std::span<const Window *const> windows, float lr) {
+    if ((int64_t)windows.size() != seqs_per_step()) {
+        fail("internal: a step of {} windows where the trainer takes {}", windows.size(), seqs_per_step());
+    }
+    StepStats st;
+    for (const Window *w : windows) st.n_targets += w->n_targets;
+    if (st.n_targets == 0) fail("internal: a training step without targets");
+    const int64_t T = opts_.n_ctx, n_seqs = opts_.seqs_per_ubatch;
+    // ggml's loss is the mean over the micro-batch's rows: weighting it by
+    // rows / (the step's targets) makes the sum over micro-batches the mean
+    // over the step's targets
+    const float weight = (float)(T * n_seqs) / (float)st.n_targets;
+    model_.params().zero_grads();
+    for (int64_t u = 0; u < opts_.ubatches; ++u) {
+        st.loss += run_ubatch(*train_, windows.subspan(u * n_seqs, n_seqs), weight);
+    }
+
+    // gradient norms, per group and overall
+    if (ggml_backend_graph_compute(engine_.backend(), norm_graph_) != GGML_STATUS_SUCCESS) fail("gradient norm computation failed");
+    const std::vector<Param> &params = model_.params().params();
+    double total = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+        float sq = 0;
+        ggml_backend_tensor_get(sq_norms_[i], &sq, 0, sizeof(float));
+        total += sq;
+        auto it = std::find_if(st.group_norms.begin(), st.group_norms.end(), [&](auto &g) { return g.first == params[i].group; });
+        if (it == st.group_norms.end()) {
+            st.group_norms.emplace_back(params[i].group, sq);
+        } else {
+            it->second += sq;
+        }
+    }
+    for (auto &g : st.group_norms) g.second = std::sqrt(g.second);
+    st.grad_norm = std::sqrt(total);
+    if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
+        fail("training diverged at optimizer step {}: loss {}, gradient norm {} (lower -lr or keep --grad-clip on)",
+             opt_steps_ + 1, st.loss, st.grad_norm);
+    }
+
+    // the update
+    const OptimizerOptions &o = opts_.opt;
+    const float clip = o.grad_clip > 0 && st.grad_norm > o.grad_clip ? (float)(o.grad_clip / st.grad_norm) : 1.0f;
+    ggml_backend_tensor_set(clip_scale_, &clip, 0, sizeof(float));
+    ++opt_steps_;
+    if (o.kind == OptimizerKind::AdamW) {
+        const float b1h = 1.0f / (1.0f - std::pow(o.beta1, (float)opt_steps_));
+        const float b2h = 1.0f / (1.0f - std::pow(o.beta2, (float)opt_steps_));
+        const float hp[7] = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, b1h, b2h};
+        const float hp0[7] = {lr, o.beta1, o.beta2, o.eps, 0.0f, b1h, b2h};
+        ggml_backend_tensor_set(hp_decay_, hp, 0, sizeof(hp));
+        ggml_backend_tensor_set(hp_no_decay_, hp0, 0, sizeof(hp0));
+    } else {
+        const float hp[2] = {lr, o.weight_decay}, hp0[2] = {lr, 0.0f};
+        ggml_backend_tensor_set(hp_decay_, hp, 0, sizeof(hp));
+        ggml_backend_tensor_set(hp_no_decay_, hp0, 0, sizeof(hp0));
+    }
+    if (ggml_backend_graph_compute(engine_.backend(), update_graph_) != GGML_STATUS_SUCCESS) fail("optimizer step failed");
+    return st;
+}
+
+double Trainer::evaluate(std::span<const Window> windows) {
+    const int64_t n_seqs = opts_.seqs_per_ubatch;
+    if (windows.empty()) return NAN;
+    // rows not filled by a window (the last micro-batch) repeat the first one with no targets
+    Window blank = windows[0];
+    std::fill(blank.mask.begin(), blank.mask.end(), 0);
+    blank.n_targets = 0;
+    double sum = 0;
+    int64_t n_targets = 0;
+    for (size_t at = 0; at < windows.size(); at += n_seqs) {
+        std::vector<const Window *> mb;
+        for (int64_t s = 0; s < n_seqs; ++s) {
+            const size_t i = at + s;
+            mb.push_back(i < windows.size() ? &windows[i] : &blank);
+            n_targets += mb.back()->n_targets;
+        }
+        // weight = rows: the graph's value is then the sum of the rows' losses
+        sum += run_ubatch(*eval_, mb, (float)(opts_.n_ctx * n_seqs));
+    }
+    return n_targets ? sum / n_targets : NAN;
+}
+
+void Trainer::build_optimizer_graphs() {
+    std::vector<Param> &params = model_.params().params();
+    const size_t n = params.size();
+    ggml_init_params ip{ggml_tensor_overhead() * (6 * n + 8) + 2 * ggml_graph_overhead_custom(4 * n + 8, false), nullptr,
+                        true};
+    opt_ctx_ = ggml_init(ip);
+    if (!opt_ctx_) fail("out of memory creating the optimizer graphs");
+    norm_graph_ = ggml_new_graph_custom(opt_ctx_, 2 * n + 8, false);
+    update_graph_ = ggml_new_graph_custom(opt_ctx_, 4 * n + 8, false);
+    const bool adamw = opts_.opt.kind == OptimizerKind::AdamW;
+    clip_scale_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, 1);
+    hp_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, adamw ? 7 : 2);
+    hp_no_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, adamw ? 7 : 2);
+    for (ggml_tensor *t : {clip_scale_, hp_decay_, hp_no_decay_}) ggml_set_input(t);
+    for (Param &p : params) {
+        ggml_tensor *sq = ggml_sum(opt_ctx_, ggml_sqr(opt_ctx_, p.grad));
+        ggml_set_output(sq);
+        ggml_build_forward_expand(norm_graph_, sq);
+        sq_norms_.push_back(sq);
+
+        ggml_tensor *g = ggml_mul(opt_ctx_, p.grad, clip_scale_);
+        ggml_tensor *hp = p.decay ? hp_decay_ : hp_no_decay_;
+        ggml_tensor *upd = adamw ? ggml_opt_step_adamw(opt_ctx_, p.value, g, p.m, p.v, hp)
+                                 : ggml_opt_step_sgd(opt_ctx_, p.value, g, hp);
+        ggml_build_forward_expand(update_graph_, upd);
+    }
+    opt_inputs_.place(engine_.buffer_type(), {clip_scale_, hp_decay_, hp_no_decay_});
+    norm_alloc_ = ggml_gallocr_new(engine_.buffer_type());
+    update_alloc_ = ggml_gallocr_new(engine_.buffer_type());
+    if (!ggml_gallocr_alloc_graph(norm_alloc_, norm_graph_) || !ggml_gallocr_alloc_graph(update_alloc_, update_graph_)) {
+        fail("could not allocate the optimizer graphs");
+    }
+}
+
+size_t Trainer::compute_bytes() const {
+    size_t n = ggml_backend_sched_get_buffer_size(sched_, engine_.backend());
+    n += ggml_gallocr_get_buffer_size(norm_alloc_, 0) + ggml_gallocr_get_buffer_size(update_alloc_, 0);
+    return n;
+}
+
+}  // namespace toy::train

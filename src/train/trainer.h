@@ -1,0 +1,113 @@
+// The training step: the forward graph of the one builder in training mode
+// over a micro-batch of sequences, a masked next-token cross-entropy loss,
+// its gradient through ggml's backward pass accumulated over the micro-batches
+// of a step, then one optimizer update (AdamW or SGD, toy's own moments and
+// step counter, gradient-norm clipping) as a graph of ggml's optimizer ops.
+//
+// Shapes: a micro-batch is n_seqs windows of T tokens, tokens [T * n_seqs];
+// logits [n_vocab, T * n_seqs]; one-hot labels the same; a row mask [1, T * n_seqs]
+// zeroes the logits of rows that are not targets, so they add neither loss
+// nor gradient; a scalar weight turns ggml's per-row mean into the mean over
+// the step's targets.
+#pragma once
+
+#include "runtime/engine.h"
+#include "runtime/inputs.h"
+#include "runtime/trace.h"
+#include "train/data.h"
+#include "train/trainable.h"
+
+#include <ggml-alloc.h>
+
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace toy::train {
+
+enum class OptimizerKind { AdamW, Sgd };
+enum class ScheduleKind { Constant, Cosine, Linear };
+
+struct OptimizerOptions {
+    OptimizerKind kind = OptimizerKind::AdamW;
+    float lr = 1e-4f;
+    float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+    float weight_decay = 0.0f;  // decoupled (AdamW); only on parameters with decay set
+    float grad_clip = 1.0f;     // max global gradient norm; 0: no clipping
+};
+
+// Learning rate at a step: linear warmup from 0, then constant, cosine or
+// linear decay to lr * min_ratio at `total` steps.
+struct LrSchedule {
+    float lr = 1e-4f;
+    int64_t warmup = 0;
+    int64_t total = 1;
+    ScheduleKind kind = ScheduleKind::Cosine;
+    float min_ratio = 0.0f;
+    float at(int64_t step) const;  // step counts from 0
+};
+
+struct TrainerOptions {
+    int64_t n_ctx = 128;          // T: tokens per sequence
+    int64_t seqs_per_ubatch = 1;  // sequences per graph
+    int64_t ubatches = 1;         // micro-batches accumulated per optimizer step
+    OptimizerOptions opt;
+    FILE *trace = nullptr;        // per-block activation statistics of each training graph
+};
+
+struct StepStats {
+    double loss = 0;              // mean over the step's targets
+    double grad_norm = 0;         // before clipping
+    std::vector<std::pair<std::string, double>> group_norms;
+    int64_t n_targets = 0;
+};
+
+class Trainer {
+public:
+    Trainer(const Engine &engine, TrainableModel &model, const TrainerOptions &opts);
+    ~Trainer();
+    Trainer(const Trainer &) = delete;
+    Trainer &operator=(const Trainer &) = delete;
+
+    int64_t seqs_per_step() const { return opts_.seqs_per_ubatch * opts_.ubatches; }
+
+    // One optimizer step over seqs_per_step() windows of n_ctx (+1) tokens.
+    StepStats step(std::span<const Window *const> windows, float lr);
+    // Mean loss over the windows' targets (no update, no gradient).
+    double evaluate(std::span<const Window> windows);
+
+    // Optimizer steps taken (AdamW's bias correction counts from it).
+    int64_t optimizer_steps() const { return opt_steps_; }
+    void set_optimizer_steps(int64_t n) { opt_steps_ = n; }
+    size_t compute_bytes() const;  // the scheduler's buffers for the graphs
+
+private:
+    struct LossGraph;
+    void build_loss_graph(LossGraph &lg, bool backward);
+    void use(LossGraph &lg);
+    // Runs lg over windows [0, seqs_per_ubatch) with this weight on its loss; returns the loss value.
+    double run_ubatch(LossGraph &lg, std::span<const Window *const> windows, float weight);
+    void build_optimizer_graphs();
+
+    const Engine &engine_;
+    TrainableModel &model_;
+    TrainerOptions opts_;
+    ggml_backend_sched_t sched_ = nullptr;
+    LossGraph *allocated_ = nullptr;   // the graph the scheduler holds
+    std::unique_ptr<LossGraph> train_, eval_;
+    TraceState trace_;
+
+    // gradient norms and the optimizer update
+    ggml_context *opt_ctx_ = nullptr;
+    ggml_cgraph *norm_graph_ = nullptr, *update_graph_ = nullptr;
+    ggml_gallocr_t norm_alloc_ = nullptr, update_alloc_ = nullptr;
+    std::vector<ggml_tensor *> sq_norms_;  // per parameter: sum of squared gradients
+    ggml_tensor *clip_scale_ = nullptr, *hp_decay_ = nullptr, *hp_no_decay_ = nullptr;
+    InputBuffer opt_inputs_;
+    int64_t opt_steps_ = 0;
+};
+
+}  // namespace toy::train

@@ -1,0 +1,265 @@
+// Training: gradients against finite differences for every architecture toy
+// trains, the loss against toy's own inference logits, LoRA at step 0 equal
+// to the base, and learning on real text.
+#include "model/init.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "runtime/sequence.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+namespace fs = std::filesystem;
+using namespace toy;
+using namespace toy::train;
+using toy::test::fixture_path;
+using toy::test::shared_path;
+
+namespace {
+
+fs::path scratch_dir() {
+    fs::path d = fs::temp_directory_path() / ("toy_train_test_" + std::to_string(getpid()));
+    fs::create_directories(d);
+    return d;
+}
+
+// A tiny F32 model of `arch` (custom preset), written once per process.
+std::string tiny_model(const std::string &arch, int64_t n_swa = 0) {
+    const fs::path path = scratch_dir() / (arch + (n_swa ? "-swa" : "") + ".gguf");
+    if (fs::exists(path)) return path.string();
+    InitOptions o = preset_options("custom", arch);
+    o.type = InitType::F32;
+    o.n_embd = 32;
+    o.n_head = 4;
+    o.n_head_kv = arch == "gpt2" ? 4 : 2;
+    o.n_ff = 48;
+    o.n_layer = 2;
+    o.n_vocab = arch == "gpt2" || arch == "qwen2" || arch == "qwen3" ? 300 : 280;
+    o.n_ctx = 64;
+    o.seed = 7;
+    if (n_swa) o.n_swa = n_swa;
+    init_model(o, path.string());
+    return path.string();
+}
+
+LoadOptions trainable_load() {
+    LoadOptions lo;
+    lo.repack = false;
+    lo.fuse = false;
+    return lo;
+}
+
+std::vector<Window> random_windows(int n, int64_t T, int64_t n_vocab, uint64_t seed, bool partial_mask = false) {
+    std::mt19937_64 rng(seed);
+    std::vector<Window> out(n);
+    for (Window &w : out) {
+        for (int64_t i = 0; i <= T; ++i) w.tokens.push_back((int32_t)(rng() % n_vocab));
+        for (int64_t i = 0; i < T; ++i) w.mask.push_back(partial_mask ? (uint8_t)(i % 3 != 0) : 1);
+        w.n_targets = std::count(w.mask.begin(), w.mask.end(), 1);
+    }
+    return out;
+}
+
+std::vector<float> get(const ggml_tensor *t) {
+    std::vector<float> v(ggml_nelements(t));
+    ggml_backend_tensor_get(t, v.data(), 0, v.size() * sizeof(float));
+    return v;
+}
+void put(ggml_tensor *t, const std::vector<float> &v) { ggml_backend_tensor_set(t, v.data(), 0, v.size() * sizeof(float)); }
+
+// Checks every parameter's gradient g along a direction d: g . d against
+// (L(w + h d) - L(w - h d)) / 2h. d is the unit gradient plus a random unit
+// vector (normalized): a random direction alone carries |g| / sqrt(n) of
+// signal, lost in the float32 noise of the loss; a wrong gradient is still
+// caught, since the loss then does not change along it as g . d predicts.
+void check_gradients(TrainableModel &m, const TrainerOptions &to, int64_t n_vocab, bool partial_mask, double tol) {
+    Engine engine(2);
+    Trainer tr(engine, m, to);
+    std::vector<Window> windows = random_windows((int)tr.seqs_per_step(), to.n_ctx, n_vocab, 11, partial_mask);
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> nd;
+    // Move off the initial point: a random model's logits are nearly uniform
+    // and its gradients tiny (LoRA's B is zero, and with it A's gradient)
+    for (Param &p : m.params().params()) {
+        std::vector<float> v = get(p.value);
+        for (float &x : v) x += 0.05f * nd(rng);
+        put(p.value, v);
+    }
+    std::vector<const Window *> ptrs;
+    for (const Window &w : windows) ptrs.push_back(&w);
+    tr.step(ptrs, 0.0f);  // lr 0: the weights stay, the gradients are left in .grad
+    int checked = 0;
+    for (Param &p : m.params().params()) {
+        const std::vector<float> w0 = get(p.value), g = get(p.grad);
+        std::vector<double> r(w0.size()), d(w0.size());
+        double rn = 0, gn = 0, norm = 0, dot = 0;
+        for (size_t i = 0; i < r.size(); ++i) {
+            r[i] = nd(rng);
+            rn += r[i] * r[i];
+            gn += (double)g[i] * g[i];
+        }
+        rn = std::sqrt(rn);
+        gn = std::sqrt(std::max(gn, 1e-30));
+        for (size_t i = 0; i < d.size(); ++i) {
+            d[i] = g[i] / gn + r[i] / rn;
+            norm += d[i] * d[i];
+        }
+        norm = std::sqrt(norm);
+        for (size_t i = 0; i < d.size(); ++i) dot += g[i] * (d[i] / norm);
+        // a step that changes the loss by about 1e-3: far above its float32
+        // rounding, small enough for the curvature not to matter
+        const double h = std::clamp(1e-3 / std::max(std::abs(dot), 1e-9), 1e-4, 0.1);
+        auto loss_at = [&](double s) {
+            std::vector<float> w(w0);
+            for (size_t i = 0; i < w.size(); ++i) w[i] += (float)(s * d[i] / norm);
+            put(p.value, w);
+            return tr.evaluate(windows);
+        };
+        const double fd = (loss_at(h) - loss_at(-h)) / (2 * h);
+        put(p.value, w0);
+        const double err = std::abs(fd - dot) / std::max(2e-3, std::abs(fd) + std::abs(dot));
+        EXPECT_LT(err, tol) << p.name << ": backward " << dot << ", finite difference " << fd;
+        ++checked;
+    }
+    EXPECT_GT(checked, 0);
+}
+
+struct ArchCase {
+    std::string arch;
+    int64_t n_swa;
+};
+
+class TrainGrad : public ::testing::TestWithParam<ArchCase> {};
+
+}  // namespace
+
+TEST_P(TrainGrad, FullFineTuneGradientsMatchFiniteDifferences) {
+    const ArchCase &ac = GetParam();
+    auto model = Model::load(tiny_model(ac.arch, ac.n_swa), trainable_load());
+    auto m = TrainableModel::full(*model);
+    TrainerOptions to;
+    to.n_ctx = 12;
+    to.seqs_per_ubatch = 2;
+    to.ubatches = 2;
+    to.opt.grad_clip = 0;
+    check_gradients(*m, to, model->config().n_vocab, true, 2e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TrainGrad,
+                         ::testing::Values(ArchCase{"llama", 0}, ArchCase{"qwen2", 0}, ArchCase{"qwen3", 0},
+                                           ArchCase{"granite", 0}, ArchCase{"gemma2", 0}, ArchCase{"gemma2", 5},
+                                           ArchCase{"gpt2", 0}),
+                         [](const auto &info) { return info.param.arch + (info.param.n_swa ? "_swa" : ""); });
+
+TEST(Train, LoraGradientsMatchFiniteDifferences) {
+    for (bool per_head : {false, true}) {
+        for (const char *arch : {"llama", "gpt2"}) {
+            SCOPED_TRACE(std::string(arch) + (per_head ? " per-head" : " standard"));
+            auto model = Model::load(tiny_model(arch), trainable_load());
+            LoraOptions lo;
+            lo.rank = 3;
+            lo.per_head = per_head;
+            lo.targets = parse_lora_targets(std::string(arch) == "gpt2" ? "q,k,v,o,up,down" : "all");
+            auto m = TrainableModel::lora(*model, lo);
+            TrainerOptions to;
+            to.n_ctx = 10;
+            to.seqs_per_ubatch = 2;
+            to.opt.grad_clip = 0;
+            check_gradients(*m, to, model->config().n_vocab, false, 2e-2);
+        }
+    }
+}
+
+TEST(Train, StepZeroLossEqualsCrossEntropyOfInferenceLogits) {
+    for (const char *arch : {"llama", "gemma2", "gpt2"}) {
+        SCOPED_TRACE(arch);
+        auto model = Model::load(tiny_model(arch), trainable_load());
+        auto m = TrainableModel::full(*model);
+        Engine engine(2);
+        TrainerOptions to;
+        to.n_ctx = 16;
+        to.seqs_per_ubatch = 3;
+        Trainer tr(engine, *m, to);
+        const int64_t V = model->config().n_vocab;
+        std::vector<Window> windows = random_windows(3, to.n_ctx, V, 3);
+        double sum = 0;
+        int64_t n = 0;
+        for (const Window &w : windows) {
+            std::vector<int32_t> in(w.tokens.begin(), w.tokens.end() - 1);
+            const std::vector<float> logits = eval_sequence(*model, in, 2);
+            for (int64_t i = 0; i < to.n_ctx; ++i) {
+                const float *row = logits.data() + i * V;
+                const double mx = *std::max_element(row, row + V);
+                double z = 0;
+                for (int64_t k = 0; k < V; ++k) z += std::exp(row[k] - mx);
+                sum += -(row[w.tokens[i + 1]] - mx - std::log(z));
+                ++n;
+            }
+        }
+        const double expected = sum / n;
+        EXPECT_NEAR(tr.evaluate(windows), expected, 2e-4 * expected);
+        // a fresh random model knows nothing: about ln(n_vocab)
+        EXPECT_NEAR(expected, std::log((double)V), 0.1 * std::log((double)V));
+    }
+}
+
+TEST(Train, LoraAtStepZeroGivesTheBaseLogitsBitForBit) {
+    for (bool per_head : {false, true}) {
+        auto model = Model::load(shared_path("models/stories260K.gguf"), trainable_load());
+        LoraOptions lo;
+        lo.per_head = per_head;
+        lo.targets = parse_lora_targets("all");
+        auto m = TrainableModel::lora(*model, lo);
+        const std::vector<int32_t> tokens{1, 403, 407, 261, 378, 500, 10, 77};
+        const std::vector<float> base = eval_sequence(*model, tokens, 2);
+        const std::vector<float> with = eval_sequence(*model, tokens, 2, m->adapters());
+        ASSERT_EQ(base.size(), with.size());
+        EXPECT_EQ(0, std::memcmp(base.data(), with.data(), base.size() * sizeof(float)));
+    }
+}
+
+TEST(Train, FullFineTuneRefusesAQuantizedBase) {
+    auto model = Model::load(fixture_path("llama-256.q8_0.gguf"), trainable_load());
+    try {
+        TrainableModel::full(*model);
+        FAIL() << "expected an error";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("LoRA"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Train, MoeModelsAreRefusedWithOneLine) {
+    auto model = Model::load(fixture_path("qwen3moe.f32.gguf"), trainable_load());
+    try {
+        TrainableModel::full(*model);
+        FAIL() << "expected an error";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("mul_mat_id"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Train, SameSeedSameLossCurve) {
+    auto run = [] {
+        auto model = Model::load(tiny_model("llama"), trainable_load());
+        auto m = TrainableModel::full(*model);
+        Engine engine(2);
+        TrainerOptions to;
+        to.n_ctx = 16;
+        to.seqs_per_ubatch = 2;
+        to.opt.lr = 1e-2f;
+        Trainer tr(engine, *m, to);
+        std::vector<Window> windows = random_windows(2, to.n_ctx, model->config().n_vocab, 1);
+        std::vector<const Window *> ptrs{&windows[0], &windows[1]};
+        std::vector<double> losses;
+        for (int s = 0; s < 5; ++s) losses.push_back(tr.step(ptrs, to.opt.lr).loss);
+        return losses;
+    };
+    const std::vector<double> a = run(), b = run();
+    EXPECT_EQ(a, b);
+    EXPECT_LT(a.back(), a.front() - 0.5);  // memorizing two windows: the loss falls fast
+}
