@@ -14,6 +14,7 @@
 #include "apps/cli.h"
 #include "apps/session_options.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "runtime/bandwidth.h"
 
 #include <nlohmann/json.hpp>
@@ -104,17 +105,6 @@ std::vector<int> parse_counts(const std::string &text, const char *flag) {
         i = j + 1;
     }
     return out;
-}
-
-size_t peak_rss_bytes() {
-    std::ifstream f("/proc/self/status");
-    std::string line;
-    while (std::getline(f, line)) {
-        if (line.rfind("VmHWM:", 0) == 0) return (size_t)std::stoull(line.substr(6)) * 1024;  // "VmHWM:  1234 kB"
-    }
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    return (size_t)ru.ru_maxrss * 1024;
 }
 
 std::string utc_now() {

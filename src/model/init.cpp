@@ -709,7 +709,7 @@ void validate_init_options(const InitOptions &o) {
         fail("--n-head: {} does not divide --n-embd {} (give --head-dim for another head size)", o.n_head, o.n_embd);
     }
     const int64_t min_vocab = d.bpe_vocab ? kBpeMinVocab : kSpmMinVocab;
-    if (o.n_vocab < min_vocab) {
+    if (o.vocab_from.empty() && o.n_vocab < min_vocab) {
         fail("--n-vocab: the synthetic {} tokenizer needs at least {} tokens, found {}",
              d.bpe_vocab ? "byte-level BPE" : "SentencePiece", min_vocab, o.n_vocab);
     }
@@ -763,8 +763,20 @@ void validate_init_options(const InitOptions &o) {
 
 namespace {
 
+// The options with the vocabulary size of --vocab-from's tokenizer, and that file.
+InitOptions resolve_vocab(const InitOptions &in, std::unique_ptr<gguf::File> *donor) {
+    InitOptions o = in;
+    if (o.vocab_from.empty()) return o;
+    auto f = gguf::File::open(o.vocab_from);
+    if (!f->has("tokenizer.ggml.tokens")) fail("--vocab-from {}: the file has no tokenizer (tokenizer.ggml.tokens)", o.vocab_from);
+    o.n_vocab = (int64_t)f->get_string_array("tokenizer.ggml.tokens").size();
+    if (donor) *donor = std::move(f);
+    return o;
+}
+
 // Metadata in the writer and the Config it describes.
-Config build_metadata(gguf::Writer &w, const InitOptions &o) {
+Config build_metadata(gguf::Writer &w, const InitOptions &o_in) {
+    const InitOptions o = resolve_vocab(o_in, nullptr);
     validate_init_options(o);
     set_base_metadata(w, o);
     // The base keys alone tell the norm and position kinds. A placeholder
@@ -791,13 +803,19 @@ Config init_config(const InitOptions &o) {
     return build_metadata(w, o);
 }
 
-InitResult init_model(const InitOptions &o, const std::string &path) {
+InitResult init_model(const InitOptions &o_in, const std::string &path) {
     if (path.empty()) fail("-o: an output file is required");
     gguf::Writer w;
     InitResult r;
+    std::unique_ptr<gguf::File> donor;
+    const InitOptions o = resolve_vocab(o_in, &donor);
     r.config = build_metadata(w, o);
     const Config &cfg = r.config;
-    set_tokenizer(w, arch_defaults(o.arch).bpe_vocab ? bpe_vocab(o.n_vocab) : spm_vocab(o.n_vocab));
+    if (donor) {
+        w.copy_metadata(*donor, [](const std::string &k) { return !k.starts_with("tokenizer."); });
+    } else {
+        set_tokenizer(w, arch_defaults(o.arch).bpe_vocab ? bpe_vocab(o.n_vocab) : spm_vocab(o.n_vocab));
+    }
 
     // The fills point into `plans`, which outlives write().
     const std::vector<Plan> plans = plan_tensors(o, cfg, r.notes);

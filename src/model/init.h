@@ -51,6 +51,9 @@ struct InitOptions {
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;        // 0: n_ff
     bool tied = true;            // output projection shares token_embd.weight
+    // A GGUF whose tokenizer the model takes (its tokenizer.* keys; the
+    // vocabulary size follows it). Empty: a synthetic tokenizer.
+    std::string vocab_from;
 
     // ---- blocks ----
     float norm_eps = 1e-5f;

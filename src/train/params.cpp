@@ -19,7 +19,7 @@ ParamSet::~ParamSet() {
 }
 
 Param &ParamSet::add(const std::string &name, const std::vector<int64_t> &ne, bool decay, const std::string &group) {
-    if (values_buf_) fail("internal: parameter '{}' declared after allocation", name);
+    if (allocated_) fail("internal: parameter '{}' declared after allocation", name);
     Param p;
     p.name = name;
     p.decay = decay;
@@ -69,6 +69,7 @@ ggml_backend_buffer_t alloc_group(ggml_backend_buffer_type_t buft, const std::ve
 }  // namespace
 
 void ParamSet::allocate(ggml_backend_buffer_type_t buft) {
+    allocated_ = true;
     std::vector<ggml_tensor *> values(constants_), grads, moments;
     for (const Param &p : params_) {
         values.push_back(p.value);
@@ -77,7 +78,7 @@ void ParamSet::allocate(ggml_backend_buffer_type_t buft) {
         moments.push_back(p.v);
     }
     values_buf_ = alloc_group(buft, values, "trainable weights");
-    ggml_backend_buffer_set_usage(values_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    if (values_buf_) ggml_backend_buffer_set_usage(values_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     grads_buf_ = alloc_group(buft, grads, "gradients");
     moments_buf_ = alloc_group(buft, moments, "optimizer moments");
 }

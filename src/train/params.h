@@ -51,6 +51,7 @@ private:
     ggml_backend_buffer_t values_buf_ = nullptr, grads_buf_ = nullptr, moments_buf_ = nullptr;
     std::vector<Param> params_;
     std::vector<ggml_tensor *> constants_;
+    bool allocated_ = false;
 };
 
 }  // namespace toy::train

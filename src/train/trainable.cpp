@@ -175,6 +175,14 @@ std::unique_ptr<TrainableModel> TrainableModel::lora(const Model &base, const Lo
     return m;
 }
 
+std::unique_ptr<TrainableModel> TrainableModel::frozen(const Model &base) {
+    check_trainable(base.config());
+    std::unique_ptr<TrainableModel> m(new TrainableModel(base, Mode::Lora));
+    m->params_ = std::make_unique<ParamSet>(1);
+    m->params_->allocate(ggml_backend_cpu_buffer_type());
+    return m;
+}
+
 namespace {
 
 std::vector<float> read_tensor(const ggml_tensor *t) {

@@ -39,6 +39,8 @@ class TrainableModel {
 public:
     static std::unique_ptr<TrainableModel> full(const Model &base);
     static std::unique_ptr<TrainableModel> lora(const Model &base, const LoraOptions &o);
+    // Nothing trainable: the base as it is, for evaluating held-out loss.
+    static std::unique_ptr<TrainableModel> frozen(const Model &base);
 
     Mode mode() const { return mode_; }
     const Model &base() const { return base_; }

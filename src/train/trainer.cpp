@@ -30,7 +30,11 @@ struct Trainer::LossGraph {
     ggml_tensor *loss = nullptr;
     ggml_tensor *loss_grad = nullptr;  // d loss / d loss, 1 before each compute (backward only)
     InputBuffer inputs;
+    // its own scheduler: resetting a scheduler leaves the tensors of the graph
+    // it held dangling, so two graphs cannot take turns in one
+    ggml_backend_sched_t sched = nullptr;
     ~LossGraph() {
+        if (sched) ggml_backend_sched_free(sched);
         if (ctx) ggml_free(ctx);
     }
 };
@@ -51,25 +55,13 @@ Trainer::Trainer(const Engine &engine, TrainableModel &model, const TrainerOptio
     if (c.pos == PosKind::Learned && opts.n_ctx > c.n_ctx_train) {
         fail("-c {}: {} has {} learned positions", opts.n_ctx, model.base().path(), c.n_ctx_train);
     }
-    sched_ = engine.make_scheduler(loss_graph_size(c));
-    if (opts.trace) {
-        trace_.out = opts.trace;
-        ggml_backend_sched_set_eval_callback(sched_, trace_callback, &trace_);
-    }
-    train_ = std::make_unique<LossGraph>();
-    eval_ = std::make_unique<LossGraph>();
-    build_loss_graph(*train_, true);
-    build_loss_graph(*eval_, false);
-    build_optimizer_graphs();
+    trace_.out = opts.trace;
 }
 
 Trainer::~Trainer() {
     if (norm_alloc_) ggml_gallocr_free(norm_alloc_);
     if (update_alloc_) ggml_gallocr_free(update_alloc_);
     if (opt_ctx_) ggml_free(opt_ctx_);
-    train_.reset();
-    eval_.reset();
-    if (sched_) ggml_backend_sched_free(sched_);
 }
 
 void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
@@ -120,21 +112,17 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
         inputs.push_back(lg.loss_grad);
     }
     lg.inputs.place(engine_.buffer_type(), inputs);
-}
-
-void Trainer::use(LossGraph &lg) {
-    if (allocated_ == &lg) return;
-    ggml_backend_sched_reset(sched_);
-    if (!ggml_backend_sched_alloc_graph(sched_, lg.gf)) {
-        fail("could not allocate the training graph ({} x {} tokens)", opts_.seqs_per_ubatch, opts_.n_ctx);
+    lg.sched = engine_.make_scheduler(size);
+    if (trace_.out) ggml_backend_sched_set_eval_callback(lg.sched, trace_callback, &trace_);
+    if (!ggml_backend_sched_alloc_graph(lg.sched, lg.gf)) {
+        fail("could not allocate the {} graph ({} x {} tokens)", backward ? "training" : "evaluation",
+             opts_.seqs_per_ubatch, opts_.n_ctx);
     }
-    allocated_ = &lg;
 }
 
 double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows, float weight) {
     const Config &c = model_.config();
     const int64_t T = opts_.n_ctx, n_seqs = opts_.seqs_per_ubatch, N = T * n_seqs;
-    use(lg);
     std::vector<int32_t> tokens(N), pos(N);
     std::vector<float> mask(N, 0.0f);
     std::vector<float> labels((size_t)N * c.n_vocab, 0.0f);
@@ -168,7 +156,7 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
         ggml_backend_tensor_set(lg.loss_grad, &one, 0, sizeof(float));
     }
     trace_.graph++;
-    if (ggml_backend_sched_graph_compute(sched_, lg.gf) != GGML_STATUS_SUCCESS) fail("training graph computation failed");
+    if (ggml_backend_sched_graph_compute(lg.sched, lg.gf) != GGML_STATUS_SUCCESS) fail("training graph computation failed");
     float loss = 0.0f;
     ggml_backend_tensor_get(lg.loss, &loss, 0, sizeof(float));
     return loss;
@@ -177,6 +165,13 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
 StepStats Trainer::step(std::span<const Window *const> windows, float lr) {
     if ((int64_t)windows.size() != seqs_per_step()) {
         fail("internal: a step of {} windows where the trainer takes {}", windows.size(), seqs_per_step());
+    }
+    if (model_.params().params().empty()) fail("nothing to train: the model has no trainable parameters");
+    if (!train_) {
+        // built on first use: an evaluation-only trainer (frozen model) never needs them
+        train_ = std::make_unique<LossGraph>();
+        build_loss_graph(*train_, true);
+        build_optimizer_graphs();
     }
     StepStats st;
     for (const Window *w : windows) st.n_targets += w->n_targets;
@@ -237,6 +232,9 @@ StepStats Trainer::step(std::span<const Window *const> windows, float lr) {
 double Trainer::evaluate(std::span<const Window> windows) {
     const int64_t n_seqs = opts_.seqs_per_ubatch;
     if (windows.empty()) return NAN;
+    // built for each evaluation and freed after: its buffers are not held between them
+    LossGraph eval;
+    build_loss_graph(eval, false);
     // rows not filled by a window (the last micro-batch) repeat the first one with no targets
     Window blank = windows[0];
     std::fill(blank.mask.begin(), blank.mask.end(), 0);
@@ -251,7 +249,7 @@ double Trainer::evaluate(std::span<const Window> windows) {
             n_targets += mb.back()->n_targets;
         }
         // weight = rows: the graph's value is then the sum of the rows' losses
-        sum += run_ubatch(*eval_, mb, (float)(opts_.n_ctx * n_seqs));
+        sum += run_ubatch(eval, mb, (float)(opts_.n_ctx * n_seqs));
     }
     return n_targets ? sum / n_targets : NAN;
 }
@@ -291,8 +289,8 @@ void Trainer::build_optimizer_graphs() {
 }
 
 size_t Trainer::compute_bytes() const {
-    size_t n = ggml_backend_sched_get_buffer_size(sched_, engine_.backend());
-    n += ggml_gallocr_get_buffer_size(norm_alloc_, 0) + ggml_gallocr_get_buffer_size(update_alloc_, 0);
+    size_t n = train_ ? ggml_backend_sched_get_buffer_size(train_->sched, engine_.backend()) : 0;
+    if (norm_alloc_) n += ggml_gallocr_get_buffer_size(norm_alloc_, 0) + ggml_gallocr_get_buffer_size(update_alloc_, 0);
     return n;
 }
 

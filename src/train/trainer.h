@@ -82,12 +82,11 @@ public:
     // Optimizer steps taken (AdamW's bias correction counts from it).
     int64_t optimizer_steps() const { return opt_steps_; }
     void set_optimizer_steps(int64_t n) { opt_steps_ = n; }
-    size_t compute_bytes() const;  // the scheduler's buffers for the graphs
+    size_t compute_bytes() const;  // the training graph's buffers
 
 private:
     struct LossGraph;
     void build_loss_graph(LossGraph &lg, bool backward);
-    void use(LossGraph &lg);
     // Runs lg over windows [0, seqs_per_ubatch) with this weight on its loss; returns the loss value.
     double run_ubatch(LossGraph &lg, std::span<const Window *const> windows, float weight);
     void build_optimizer_graphs();
@@ -95,9 +94,7 @@ private:
     const Engine &engine_;
     TrainableModel &model_;
     TrainerOptions opts_;
-    ggml_backend_sched_t sched_ = nullptr;
-    LossGraph *allocated_ = nullptr;   // the graph the scheduler holds
-    std::unique_ptr<LossGraph> train_, eval_;
+    std::unique_ptr<LossGraph> train_;  // built at the first step
     TraceState trace_;
 
     // gradient norms and the optimizer update

@@ -1,0 +1,157 @@
+// toy train: full fine-tune, LoRA, or from scratch (train/run.h).
+//
+//   toy train -m base.gguf -f corpus.txt -c 128 -b 512 -epochs 2 -o tuned.gguf
+//   toy train -m base.gguf -f chat.jsonl --lora-rank 16 --lora-targets q,v -o adapter.gguf
+//   toy train --from-scratch --arch llama --n-embd 256 --n-layer 4 --vocab-from base.gguf -f corpus.txt -o new.gguf
+//   toy train --resume ckpt/          (continue where a stopped run left off)
+#include "apps/cli.h"
+#include "apps/init_flags.h"
+#include "core/error.h"
+#include "train/run.h"
+
+#include <csignal>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace toy::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+struct TrainFlags {
+    train::RunSettings s;
+    train::RunIo io;
+    bool from_scratch = false;
+    InitFlags init;
+    int lora_rank = 0;
+    std::string lora_targets = "q,k,v,o";
+    std::string optimizer = "adamw", schedule = "cosine";
+    float lr_min = 0.0f;
+    bool trace = false, quiet = false;
+    std::vector<CLI::Option *> run_flags;  // flags that a resumed run takes from its checkpoint
+};
+
+int run_train(TrainFlags &f) {
+    train::RunSettings &s = f.s;
+    if (!f.io.resume.empty()) {
+        for (CLI::Option *o : f.run_flags) {
+            if (o->count() > 0) {
+                fail("{}: a resumed run keeps the settings of its checkpoint (give only --resume, -t, -o and output flags)",
+                     o->get_name());
+            }
+        }
+    } else {
+        if (s.data.empty()) fail("-f: training data is required (a text file, or chat .jsonl)");
+        if (f.from_scratch == !s.model.empty()) fail("give exactly one of -m (fine-tune a model) or --from-scratch");
+        if (f.lora_rank > 0) {
+            if (f.from_scratch) fail("--lora-rank: a model trained from scratch is trained whole (no LoRA)");
+            s.mode = train::Mode::Lora;
+            s.lora.rank = f.lora_rank;
+            s.lora.targets = train::parse_lora_targets(f.lora_targets);
+            s.lora.seed = s.seed;
+        } else if (s.lora.per_head) {
+            fail("--lora-per-head: needs --lora-rank");
+        }
+        if (f.optimizer == "adamw") {
+            s.opt.kind = train::OptimizerKind::AdamW;
+        } else if (f.optimizer == "sgd") {
+            s.opt.kind = train::OptimizerKind::Sgd;
+        } else {
+            fail("-opt: expected adamw or sgd, found '{}'", f.optimizer);
+        }
+        if (f.schedule == "cosine") {
+            s.schedule = train::ScheduleKind::Cosine;
+        } else if (f.schedule == "linear") {
+            s.schedule = train::ScheduleKind::Linear;
+        } else if (f.schedule == "constant") {
+            s.schedule = train::ScheduleKind::Constant;
+        } else {
+            fail("--lr-schedule: expected cosine, linear or constant, found '{}'", f.schedule);
+        }
+        if (!(s.opt.lr > 0)) fail("-lr: expected a positive learning rate, found {}", s.opt.lr);
+        if (f.lr_min < 0 || f.lr_min > s.opt.lr) fail("-lr-min: expected 0..{} (-lr), found {}", s.opt.lr, f.lr_min);
+        s.lr_min_ratio = f.lr_min / s.opt.lr;
+        if (s.opt.weight_decay < 0) fail("-wd: expected >= 0, found {}", s.opt.weight_decay);
+        if (s.opt.grad_clip < 0) fail("--grad-clip: expected >= 0 (0: off), found {}", s.opt.grad_clip);
+        if (s.val_split < 0 || s.val_split >= 1) fail("-val-split: expected a fraction in [0, 1), found {}", s.val_split);
+        if (!s.val_data.empty() && s.val_split > 0) fail("--val-file / -val-split: give one of them");
+        if (f.from_scratch) {
+            // the random start is a model file like any other, kept beside the checkpoints
+            InitOptions o = init_options_from(f.init);
+            o.type = InitType::F32;
+            o.seed = s.seed;
+            const fs::path dir = f.io.checkpoint_dir.empty() ? fs::path(f.io.output).parent_path() : fs::path(f.io.checkpoint_dir);
+            if (!dir.empty()) fs::create_directories(dir);
+            s.model = (dir / (fs::path(f.io.output).stem().string() + ".init.gguf")).string();
+            const InitResult r = init_model(o, s.model);
+            if (!f.quiet) std::fprintf(stderr, "toy: from scratch: %s %lld parameters, initial weights in %s\n", o.arch.c_str(),
+                                       (long long)r.n_params, s.model.c_str());
+        }
+    }
+    if (f.io.output.empty() && f.io.resume.empty()) fail("-o: an output file is required");
+    f.io.progress = f.quiet ? nullptr : stderr;
+    f.io.trace = f.trace ? stderr : nullptr;
+    f.io.stop = &g_stop;
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    const train::RunResult r = train::run_training(s, f.io);
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    return r.interrupted ? 130 : 0;
+}
+
+Command reg("train", "Train a model: full fine-tune, LoRA, or from scratch (AdamW, checkpoints, resume)", [](CLI::App &app) {
+    auto f = std::make_shared<TrainFlags>();
+    train::RunSettings &s = f->s;
+    auto run = [&](CLI::Option *o) {
+        f->run_flags.push_back(o);
+        return o;
+    };
+    run(app.add_option("-m,--model", s.model, "model to fine-tune (F32/F16/BF16 whole; any type with --lora-rank)"));
+    run(app.add_flag("--from-scratch", f->from_scratch, "train a new model of the shape the init flags give (toy init's flags)"));
+    run(app.add_option("-f,--file", s.data, "training data: text (documents split at --sep, joined with EOS) or chat .jsonl"));
+    run(app.add_option("--val-file", s.val_data, "held-out data (same format)"));
+    run(app.add_option("--val-split", s.val_split, "hold out this fraction of the windows (also -val-split)"));
+    run(app.add_option("--sep", s.separator, "document separator in text data (default <|endoftext|>)"));
+    run(app.add_option("--chat-template", s.chat_template, "chat template for .jsonl data: a built-in name (default: the model's)"));
+    run(app.add_option("-c,--ctx-size", s.n_ctx, "tokens per training window (default 128)"));
+    run(app.add_option("-b,--batch-size", s.n_batch, "tokens per optimizer step, a multiple of -c (default -c)"));
+    run(app.add_option("--ubatch-size", s.n_ubatch, "tokens per graph, a divisor of -b (default -b); also -ub"));
+    run(app.add_option("--epochs", s.epochs, "passes over the data (default 1); also -epochs"));
+    run(app.add_option("--steps", s.max_steps, "stop after this many optimizer steps (overrides -epochs)"));
+    run(app.add_option("--learning-rate", s.opt.lr, "peak learning rate (default 1e-4); also -lr"));
+    run(app.add_option("--lr-min", f->lr_min, "learning rate at the end of the decay (default 0); also -lr-min"));
+    run(app.add_option("--lr-schedule", f->schedule, "cosine, linear or constant after warmup (default cosine)"));
+    run(app.add_option("--warmup", s.warmup, "linear warmup steps (default 0)"));
+    run(app.add_option("--optimizer", f->optimizer, "adamw or sgd (default adamw); also -opt"));
+    run(app.add_option("--weight-decay", s.opt.weight_decay, "decoupled weight decay on matrices (default 0); also -wd"));
+    run(app.add_option("--adam-beta1", s.opt.beta1, "AdamW beta1 (default 0.9)"));
+    run(app.add_option("--adam-beta2", s.opt.beta2, "AdamW beta2 (default 0.999)"));
+    run(app.add_option("--adam-eps", s.opt.eps, "AdamW epsilon (default 1e-8)"));
+    run(app.add_option("--grad-clip", s.opt.grad_clip, "clip the global gradient norm to this (default 1; 0: off)"));
+    run(app.add_option("--eval-every", s.eval_every, "steps between held-out evaluations (default: at start and end only)"));
+    run(app.add_option("-s,--seed", s.seed, "seed for data order, LoRA and from-scratch initialization (default 42)"));
+    run(app.add_option("--lora-rank", f->lora_rank, "train a LoRA adapter of this rank on a frozen base"));
+    run(app.add_option("--lora-alpha", s.lora.alpha, "LoRA alpha: the update is scaled by alpha / rank (default 16)"));
+    run(app.add_option("--lora-targets", f->lora_targets, "projections to adapt: q,k,v,o,gate,up,down or all (default q,k,v,o)"));
+    run(app.add_flag("--lora-per-head", s.lora.per_head, "Q adapted per head: one rank-r A_h, B_h per head (block-diagonal)"));
+    app.add_option("-o,--output", f->io.output, "the trained model (GGUF), or with --lora-rank the adapter (GGUF)");
+    app.add_option("--checkpoint-dir", f->io.checkpoint_dir, "write checkpoints here (at the end, every --checkpoint-every steps, on Ctrl-C)");
+    app.add_option("--checkpoint-every", f->io.checkpoint_every, "steps between checkpoints (default: only at the end)");
+    app.add_option("--keep-checkpoints", f->io.keep_checkpoints, "checkpoints kept (default 3)");
+    app.add_option("--resume", f->io.resume, "continue from a checkpoint file, or the newest in a directory");
+    app.add_option("--log", f->io.log_csv, "CSV of every step: loss, val loss, lr, gradient norms, tokens/s");
+    app.add_option("--plot", f->io.plot_svg, "SVG plot of the training and held-out losses, written at the end");
+    app.add_option("-t,--threads", f->io.n_threads, "threads (0: all)");
+    app.add_flag("--trace", f->trace, "per-block activation statistics of every training graph (stderr)");
+    app.add_flag("-q,--quiet", f->quiet, "no progress lines");
+    const size_t before = app.get_options().size();
+    add_init_flags(app, f->init, true);
+    for (size_t i = before; i < app.get_options().size(); ++i) f->run_flags.push_back(app.get_options()[i]);
+    return [f] { return run_train(*f); };
+});
+
+}  // namespace
+}  // namespace toy::cli
