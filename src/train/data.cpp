@@ -116,19 +116,23 @@ Dataset load_chat(const std::string &path, const std::string &body, const text::
             }
             replies.emplace_back(p.size(), t.size());
         }
-        size_t at = 0;
-        auto add = [&](size_t b, size_t e, uint8_t target) {
-            if (b >= e) return;
-            std::vector<int32_t> ids = tokenize_segment(vocab, full, b, e);
-            stream.insert(stream.end(), ids.begin(), ids.end());
-            mask.insert(mask.end(), ids.size(), target);
+        // tokenized whole, as at inference; a reply's tokens are those after the
+        // tokens of the text before it (where that text does not end on a token
+        // boundary of the whole, at the end of the tokens the two share)
+        const std::vector<int32_t> ids = text::tokenize_rendered(vocab, full, 0);
+        auto token_at = [&](size_t chars) {
+            const std::vector<int32_t> head = tokenize_segment(vocab, full, 0, chars);
+            size_t n = 0;
+            while (n < head.size() && n < ids.size() && head[n] == ids[n]) ++n;
+            return n;
         };
+        std::vector<uint8_t> target(ids.size(), 0);
         for (auto [b, e] : replies) {
-            add(at, b, 0);
-            add(b, e, 1);
-            at = e;
+            const size_t tb = token_at(b), te = e >= full.text.size() ? ids.size() : token_at(e);
+            for (size_t i = tb; i < te; ++i) target[i] = 1;
         }
-        add(at, full.text.size(), 0);
+        stream.insert(stream.end(), ids.begin(), ids.end());
+        mask.insert(mask.end(), target.begin(), target.end());
         ++n_conv;
     }
     if (n_conv == 0) {

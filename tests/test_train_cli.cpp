@@ -1,0 +1,184 @@
+// `toy train` end to end: a run stopped by SIGINT resumes to the same loss
+// curve as one never stopped, bad data and flags are one-line errors, chat
+// data trains on the assistant's tokens only, --trace reports per block.
+#include "model/model.h"
+#include "test_util.h"
+#include "text/vocab.h"
+#include "train/data.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <spawn.h>
+#include <thread>
+
+extern char **environ;
+
+namespace {
+
+using toy::test::run_toy;
+using toy::test::TempDir;
+namespace fs = std::filesystem;
+
+const std::string kStories = toy::test::shared_path("models/stories260K.gguf");
+
+std::string write(const TempDir &d, const std::string &name, const std::string &text) {
+    std::ofstream(d.file(name)) << text;
+    return d.file(name);
+}
+
+std::string stories(int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) {
+        s += "Once upon a time, a little " + std::string(i % 2 ? "cat" : "dog") + " found a " +
+             std::string(i % 3 ? "red" : "big") + " ball. It played all day and was happy.\n<|endoftext|>\n";
+    }
+    return s;
+}
+
+void expect_one_line_error(const toy::test::CommandResult &r, const std::string &needle) {
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_EQ(r.err.rfind("toy: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+// "toy train" with these arguments as a child process.
+pid_t spawn_toy(const std::vector<std::string> &args) {
+    std::vector<char *> argv{const_cast<char *>(TOY_BIN)};
+    for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    posix_spawn(&pid, TOY_BIN, nullptr, nullptr, argv.data(), environ);
+    return pid;
+}
+
+size_t lines_in(const std::string &path) {
+    std::ifstream in(path);
+    return (size_t)std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+}
+
+}  // namespace
+
+TEST(TrainCli, SigintCheckpointsAndTheResumedRunMatchesAnUninterruptedOne) {
+    TempDir d;
+    const std::string data = write(d, "data.txt", stories(200));
+    auto args = [&](const std::string &tag) {
+        return std::vector<std::string>{"train", "-m", kStories, "-f", data, "--lora-rank", "4", "-c", "32", "-b", "64",
+                                        "--steps", "300", "-lr", "1e-3", "-t", "1", "-q", "-o", d.file(tag + ".gguf"),
+                                        "--checkpoint-dir", d.file(tag), "--log", d.file(tag + ".csv")};
+    };
+    // uninterrupted
+    auto full = toy::test::run_toy([&] {
+        std::string s;
+        for (auto &a : args("full")) s += toy::test::shell_quote(a) + " ";
+        return s;
+    }());
+    ASSERT_EQ(full.code, 0) << full.err;
+
+    // stopped by SIGINT part way, then resumed
+    pid_t pid = spawn_toy(args("cut"));
+    ASSERT_GT(pid, 0);
+    for (int i = 0; i < 3000 && lines_in(d.file("cut.csv")) < 40; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    kill(pid, SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    const int code = WEXITSTATUS(status);
+    ASSERT_TRUE(code == 130 || code == 0) << code;  // 0 only if it finished before the signal
+    ASSERT_FALSE(fs::is_empty(d.file("cut")));
+    auto resumed = run_toy("train --resume " + d.file("cut") + " -t 1 -q -o " + d.file("cut.gguf") + " --checkpoint-dir " +
+                           d.file("cut") + " --log " + d.file("cut.csv"));
+    ASSERT_EQ(resumed.code, 0) << resumed.err;
+
+    auto a = toy::gguf::File::open(d.file("full/checkpoint-000300.gguf"));
+    auto b = toy::gguf::File::open(d.file("cut/checkpoint-000300.gguf"));
+    EXPECT_EQ(a->get_float_array("toy.checkpoint.train_loss"), b->get_float_array("toy.checkpoint.train_loss"));
+    for (const auto &t : a->tensors()) {
+        EXPECT_EQ(0, std::memcmp(a->tensor_data(t), b->tensor_data(b->tensor(t.name)), t.nbytes)) << t.name;
+    }
+    // the log continues where it stopped: one row per step
+    EXPECT_EQ(lines_in(d.file("cut.csv")), 301u);
+}
+
+TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
+    TempDir d;
+    const std::string ok = write(d, "ok.txt", stories(40));
+    const std::string base = "train -m " + kStories + " --lora-rank 4 -c 32 --steps 2 -q -o " + d.file("o.gguf") + " ";
+    expect_one_line_error(run_toy(base + "-f " + write(d, "empty.txt", "")), "empty");
+    expect_one_line_error(run_toy(base + "-f " + write(d, "short.txt", "Once upon a time.")), "shorter than one window");
+    expect_one_line_error(run_toy(base + "-f " + d.file("missing.txt")), "cannot open");
+    expect_one_line_error(run_toy(base + "--chat-template chatml -f " + write(d, "bad.jsonl", "{\"messages\": []}\nnot json\n")),
+                          "bad.jsonl:2");
+    expect_one_line_error(
+        run_toy(base + "--chat-template chatml -f " +
+                write(d, "noreply.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n")),
+        "no conversation with an assistant turn");
+    expect_one_line_error(run_toy(base + "-f " + ok + " -opt adam"), "-opt");
+    expect_one_line_error(run_toy(base + "-f " + ok + " --lora-targets q,x"), "--lora-targets");
+    expect_one_line_error(run_toy(base + "-f " + ok + " -b 48"), "multiples of -c");
+    expect_one_line_error(run_toy("train --from-scratch -m " + kStories + " -f " + ok + " -o " + d.file("o.gguf")), "exactly one");
+    expect_one_line_error(
+        run_toy("train -m " + toy::test::fixture_path("llama-256.q8_0.gguf") + " -f " + ok + " -c 16 -q -o " + d.file("o.gguf")),
+        "LoRA");
+    expect_one_line_error(run_toy("train -m " + toy::test::fixture_path("qwen3moe.f32.gguf") + " -f " + ok + " -q -o " + d.file("o.gguf")),
+                          "mul_mat_id");
+
+    // checkpoints: not one, truncated, of another model
+    expect_one_line_error(run_toy("train --resume " + kStories + " -q"), "not a toy training checkpoint");
+    const std::string model = d.file("model.gguf");
+    fs::copy_file(kStories, model);
+    auto r = run_toy("train -m " + model + " -f " + ok + " --lora-rank 4 -c 32 --steps 2 -q -o " + d.file("o.gguf") +
+                     " --checkpoint-dir " + d.file("ck"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string ck = d.file("ck/checkpoint-000002.gguf");
+    fs::copy_file(ck, d.file("cut.gguf"));
+    fs::resize_file(d.file("cut.gguf"), fs::file_size(ck) / 2);
+    expect_one_line_error(run_toy("train --resume " + d.file("cut.gguf") + " -q"), "cut.gguf");
+    expect_one_line_error(run_toy("train --resume " + ck + " -lr 1 -q"), "keeps the settings");
+    fs::remove(model);
+    fs::copy_file(toy::test::fixture_path("llama-tied.f32.gguf"), model);  // the base changed under the checkpoint
+    auto mismatch = run_toy("train --resume " + ck + " -q -o " + d.file("o.gguf"));
+    EXPECT_EQ(mismatch.code, 1);
+    EXPECT_EQ(std::count(mismatch.err.begin(), mismatch.err.end(), '\n'), 1) << mismatch.err;
+}
+
+TEST(TrainCli, ChatDataTrainsOnTheAssistantTokensOnly) {
+    TempDir d;
+    const std::string jsonl = write(
+        d, "chat.jsonl",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Tell me about the dog.\"}, {\"role\": \"assistant\", "
+        "\"content\": \"The dog was happy.\"}]}\n"
+        "\n"
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"Be kind.\"}, {\"role\": \"user\", \"content\": \"And the "
+        "cat?\"}, {\"role\": \"assistant\", \"content\": \"The cat slept.\"}, {\"role\": \"user\", \"content\": "
+        "\"Then?\"}, {\"role\": \"assistant\", \"content\": \"It ran home.\"}]}\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"no reply here\"}]}\n");
+    auto model = toy::Model::load(kStories);
+    const toy::text::Vocab vocab = toy::text::Vocab::load(model->file());
+    const toy::text::ChatTemplate chat(toy::text::ChatTemplate::builtin_source("chatml"));
+    // windows of one token: each kept window is one target, in stream order
+    toy::train::Dataset ds = toy::train::load_dataset(jsonl, vocab, &chat, 1);
+    EXPECT_EQ(ds.n_documents, 2);
+    EXPECT_GE(ds.n_skipped, 1);  // the conversation without a reply (and the windows without a target)
+    std::vector<int32_t> targets;
+    for (const auto &w : ds.windows) targets.push_back(w.tokens[1]);
+    const std::string text = vocab.detokenize(targets, true);
+    EXPECT_EQ(text, "The dog was happy.<|im_end|>\nThe cat slept.<|im_end|>\nIt ran home.<|im_end|>\n");
+
+    auto r = run_toy("train -m " + kStories + " --lora-rank 4 --chat-template chatml -f " + jsonl + " -c 8 --steps 3 -q -o " +
+                     d.file("chat-adapter.gguf"));
+    EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST(TrainCli, TracePrintsPerBlockStatisticsDuringTraining) {
+    TempDir d;
+    auto r = run_toy("train -m " + kStories + " -f " + write(d, "t.txt", stories(20)) + " -c 16 --steps 1 -q --trace -o " +
+                     d.file("t.gguf"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (const char *name : {"attn_norm-0", "ffn_out-0", "l_out-0", "l_out-4", "result_output"}) {
+        EXPECT_NE(r.err.find(std::string(" ") + name + " "), std::string::npos) << name;
+    }
+}
