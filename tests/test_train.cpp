@@ -438,3 +438,32 @@ TEST(TrainRun, FromScratchLearnsBelowTheUnigramEntropy) {
     auto trained = Model::load(io.output);
     EXPECT_EQ(trained->config().n_vocab, 512);
 }
+
+TEST(TrainRun, DeepModelsTrainWithoutAGraphLimit) {
+    // llama-finetune of the pinned version aborts from 8 layers on; toy sizes its graphs by the layer count
+    InitOptions o = preset_options("custom", "qwen2");
+    o.type = InitType::F32;
+    o.n_embd = 32;
+    o.n_head = 2;
+    o.n_head_kv = 1;
+    o.n_ff = 32;
+    o.n_layer = 40;
+    o.n_vocab = 300;
+    const std::string path = (scratch_dir() / "deep.gguf").string();
+    init_model(o, path);
+    auto model = Model::load(path, trainable_load());
+    for (bool lora : {false, true}) {
+        auto m = lora ? TrainableModel::lora(*model, LoraOptions{}) : TrainableModel::full(*model);
+        Engine engine(2);
+        TrainerOptions to;
+        to.n_ctx = 16;
+        to.opt.lr = 1e-2f;
+        Trainer tr(engine, *m, to);
+        std::vector<Window> w = random_windows(1, 16, 300, 4);
+        const Window *p = &w[0];
+        const double first = tr.step({&p, 1}, to.opt.lr).loss;
+        double last = first;
+        for (int i = 0; i < 4; ++i) last = tr.step({&p, 1}, to.opt.lr).loss;
+        EXPECT_LT(last, first) << (lora ? "lora" : "full");
+    }
+}

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "core/error.h"
+#include "graph/backward.h"
 #include "graph/blocks.h"
 #include "graph/forward.h"
 
@@ -67,7 +68,7 @@ Trainer::~Trainer() {
 void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
     const Config &c = model_.config();
     const size_t size = loss_graph_size(c);
-    ggml_init_params ip{ggml_tensor_overhead() * size * 3 + ggml_graph_overhead_custom(size, backward), nullptr, true};
+    ggml_init_params ip{ggml_tensor_overhead() * size * 3 + 2 * ggml_graph_overhead_custom(size, backward), nullptr, true};
     lg.ctx = ggml_init(ip);
     if (!lg.ctx) fail("out of memory creating the training graph");
     lg.gf = ggml_new_graph_custom(lg.ctx, size, backward);
@@ -98,16 +99,11 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
     inputs.insert(inputs.end(), {lg.labels, lg.row_mask, lg.weight});
     if (backward) {
         // every parameter's gradient goes into its own accumulator
-        const int n_nodes = ggml_graph_n_nodes(lg.gf);
-        std::vector<ggml_tensor *> accs(n_nodes, nullptr);
-        for (int i = 0; i < n_nodes; ++i) {
-            ggml_tensor *node = ggml_graph_node(lg.gf, i);
-            if (!(node->flags & GGML_TENSOR_FLAG_PARAM)) continue;
-            for (const Param &prm : model_.params().params())
-                if (prm.value == node) accs[i] = prm.grad;
-        }
-        ggml_build_backward_expand(lg.ctx, lg.gf, accs.data());
-        lg.loss_grad = ggml_graph_get_grad_acc(lg.gf, lg.loss);
+        std::vector<std::pair<ggml_tensor *, ggml_tensor *>> accs;
+        for (const Param &prm : model_.params().params()) accs.emplace_back(prm.value, prm.grad);
+        ggml_cgraph *forward = lg.gf;
+        lg.gf = graph::build_backward(lg.ctx, forward, lg.loss, accs, size);
+        lg.loss_grad = ggml_graph_get_grad_acc(forward, lg.loss);
         ggml_set_input(lg.loss_grad);
         inputs.push_back(lg.loss_grad);
     }

@@ -1,0 +1,70 @@
+#include "graph/backward.h"
+
+#include <unordered_map>
+
+namespace toy::graph {
+namespace {
+
+bool is_2d(const ggml_tensor *t) { return t->ne[2] == 1 && t->ne[3] == 1; }
+
+// Turns the out_prod node `t` = a b^T (a: [n, K], b: [m, K] -> [n, m]) into
+// mul_mat(a^T, b^T) with both operands contiguous [K, n] and [K, m].
+class OutProdRewriter {
+public:
+    explicit OutProdRewriter(ggml_context *ctx) : ctx_(ctx) {}
+
+    bool rewrite(ggml_tensor *t) {
+        ggml_tensor *a = t->src[0], *b = t->src[1];
+        if (t->op != GGML_OP_OUT_PROD || !is_2d(t) || !is_2d(a) || !is_2d(b)) return false;
+        if (a->type != GGML_TYPE_F32 || b->type != GGML_TYPE_F32) return false;
+        t->op = GGML_OP_MUL_MAT;
+        t->src[0] = transposed(a);
+        t->src[1] = transposed(b);
+        return true;
+    }
+
+private:
+    // x^T, contiguous; the transpose of a transpose is its source. Shared
+    // between the products that read the same activation (Q, K and V's
+    // weight gradients all need the normed input transposed).
+    ggml_tensor *transposed(ggml_tensor *x) {
+        if (x->op == GGML_OP_TRANSPOSE && ggml_is_contiguous(x->src[0])) return x->src[0];
+        auto it = cache_.find(x);
+        if (it != cache_.end()) return it->second;
+        ggml_tensor *xt = ggml_cont(ctx_, ggml_transpose(ctx_, x));
+        cache_[x] = xt;
+        return xt;
+    }
+
+    ggml_context *ctx_;
+    std::unordered_map<ggml_tensor *, ggml_tensor *> cache_;
+};
+
+}  // namespace
+
+ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *loss,
+                            const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> &accumulators, size_t graph_size) {
+    std::vector<ggml_tensor *> accs(ggml_graph_n_nodes(gf), nullptr);
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor *node = ggml_graph_node(gf, i);
+        for (const auto &[param, acc] : accumulators)
+            if (param == node) accs[i] = acc;
+    }
+    ggml_build_backward_expand(ctx, gf, accs.data());
+
+    OutProdRewriter rw(ctx);
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) rw.rewrite(ggml_graph_node(gf, i));
+
+    // the rewritten products read new nodes (the transposed copies): a fresh
+    // graph built from the loss and the final gradients orders them first
+    std::vector<ggml_tensor *> grads;
+    for (const auto &[param, acc] : accumulators) {
+        if (ggml_tensor *g = ggml_graph_get_grad(gf, param)) grads.push_back(g);
+    }
+    ggml_cgraph *gb = ggml_new_graph_custom(ctx, graph_size, false);
+    ggml_build_forward_expand(gb, loss);
+    for (ggml_tensor *g : grads) ggml_build_forward_expand(gb, g);
+    return gb;
+}
+
+}  // namespace toy::graph
