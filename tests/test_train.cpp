@@ -1,6 +1,7 @@
 // Training: gradients against finite differences for every architecture toy
 // trains, the loss against toy's own inference logits, LoRA at step 0 equal
 // to the base, and learning on real text.
+#include "graph/custom_ops.h"
 #include "model/init.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -10,6 +11,7 @@
 #include "train/run.h"
 #include "train/trainer.h"
 
+#include <ggml-cpu.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -96,7 +98,7 @@ void check_gradients(TrainableModel &m, const TrainerOptions &to, int64_t n_voca
     }
     std::vector<const Window *> ptrs;
     for (const Window &w : windows) ptrs.push_back(&w);
-    tr.step(ptrs, 0.0f);  // lr 0: the weights stay, the gradients are left in .grad
+    tr.gradients(ptrs);  // left in .grad
     int checked = 0;
     for (Param &p : m.params().params()) {
         const std::vector<float> w0 = get(p.value), g = get(p.grad);
@@ -465,5 +467,23 @@ TEST(TrainRun, DeepModelsTrainWithoutAGraphLimit) {
         double last = first;
         for (int i = 0; i < 4; ++i) last = tr.step({&p, 1}, to.opt.lr).loss;
         EXPECT_LT(last, first) << (lora ? "lora" : "full");
+    }
+}
+
+TEST(TrainOps, TransposeMatchesElementwiseForEveryShape) {
+    for (auto [r, c] : std::vector<std::pair<int, int>>{{1, 1}, {16, 16}, {32, 32}, {33, 31}, {64, 96}, {100, 7}, {128, 512}}) {
+        ggml_init_params ip{(size_t)r * c * 8 + 8 * ggml_tensor_overhead() + ggml_graph_overhead() + 1024, nullptr, false};
+        ggml_context *ctx = ggml_init(ip);
+        ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c, r);
+        for (int i = 0; i < r * c; ++i) ((float *)x->data)[i] = (float)i;
+        ggml_tensor *t = graph::transpose_f32(ctx, x);
+        ggml_cgraph *gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, t);
+        ggml_graph_compute_with_ctx(ctx, gf, 2);
+        ASSERT_EQ(t->ne[0], r);
+        ASSERT_EQ(t->ne[1], c);
+        for (int i = 0; i < r; ++i)
+            for (int j = 0; j < c; ++j) ASSERT_EQ(((float *)t->data)[j * r + i], (float)(i * c + j)) << r << "x" << c;
+        ggml_free(ctx);
     }
 }

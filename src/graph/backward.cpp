@@ -1,5 +1,7 @@
 #include "graph/backward.h"
 
+#include "graph/custom_ops.h"
+
 #include <unordered_map>
 
 namespace toy::graph {
@@ -31,7 +33,7 @@ private:
         if (x->op == GGML_OP_TRANSPOSE && ggml_is_contiguous(x->src[0])) return x->src[0];
         auto it = cache_.find(x);
         if (it != cache_.end()) return it->second;
-        ggml_tensor *xt = ggml_cont(ctx_, ggml_transpose(ctx_, x));
+        ggml_tensor *xt = transpose_f32(ctx_, x);
         cache_[x] = xt;
         return xt;
     }

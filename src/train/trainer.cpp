@@ -3,7 +3,9 @@
 #include "core/error.h"
 #include "graph/backward.h"
 #include "graph/blocks.h"
+#include "graph/custom_ops.h"
 #include "graph/forward.h"
+#include "train/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -159,6 +161,12 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
 }
 
 StepStats Trainer::step(std::span<const Window *const> windows, float lr) {
+    StepStats st = gradients(windows);
+    update(st, lr);
+    return st;
+}
+
+StepStats Trainer::gradients(std::span<const Window *const> windows) {
     if ((int64_t)windows.size() != seqs_per_step()) {
         fail("internal: a step of {} windows where the trainer takes {}", windows.size(), seqs_per_step());
     }
@@ -177,7 +185,10 @@ StepStats Trainer::step(std::span<const Window *const> windows, float lr) {
     // rows / (the step's targets) makes the sum over micro-batches the mean
     // over the step's targets
     const float weight = (float)(T * n_seqs) / (float)st.n_targets;
-    model_.params().zero_grads();
+    // the accumulators are zero here unless gradients() ran without an
+    // update: allocated so, and the update clears them as it reads them
+    if (pending_) model_.params().zero_grads();
+    pending_ = true;
     for (int64_t u = 0; u < opts_.ubatches; ++u) {
         st.loss += run_ubatch(*train_, windows.subspan(u * n_seqs, n_seqs), weight);
     }
@@ -204,25 +215,28 @@ StepStats Trainer::step(std::span<const Window *const> windows, float lr) {
              opt_steps_ + 1, st.loss, st.grad_norm);
     }
 
-    // the update
+    return st;
+}
+
+void Trainer::update(const StepStats &st, float lr) {
+    if (!pending_) fail("internal: an optimizer update without gradients");
+    pending_ = false;
     const OptimizerOptions &o = opts_.opt;
     const float clip = o.grad_clip > 0 && st.grad_norm > o.grad_clip ? (float)(o.grad_clip / st.grad_norm) : 1.0f;
-    ggml_backend_tensor_set(clip_scale_, &clip, 0, sizeof(float));
     ++opt_steps_;
-    if (o.kind == OptimizerKind::AdamW) {
-        const float b1h = 1.0f / (1.0f - std::pow(o.beta1, (float)opt_steps_));
-        const float b2h = 1.0f / (1.0f - std::pow(o.beta2, (float)opt_steps_));
-        const float hp[7] = {lr, o.beta1, o.beta2, o.eps, o.weight_decay, b1h, b2h};
-        const float hp0[7] = {lr, o.beta1, o.beta2, o.eps, 0.0f, b1h, b2h};
-        ggml_backend_tensor_set(hp_decay_, hp, 0, sizeof(hp));
-        ggml_backend_tensor_set(hp_no_decay_, hp0, 0, sizeof(hp0));
-    } else {
-        const float hp[2] = {lr, o.weight_decay}, hp0[2] = {lr, 0.0f};
-        ggml_backend_tensor_set(hp_decay_, hp, 0, sizeof(hp));
-        ggml_backend_tensor_set(hp_no_decay_, hp0, 0, sizeof(hp0));
-    }
+    float hp[kHyperCount] = {};
+    hp[kLr] = lr;
+    hp[kWeightDecay] = o.weight_decay;
+    hp[kGradScale] = clip;
+    hp[kBeta1] = o.beta1;
+    hp[kBeta2] = o.beta2;
+    hp[kEps] = o.eps;
+    hp[kBeta1Correction] = 1.0f / (1.0f - std::pow(o.beta1, (float)opt_steps_));
+    hp[kBeta2Correction] = 1.0f / (1.0f - std::pow(o.beta2, (float)opt_steps_));
+    ggml_backend_tensor_set(hp_decay_, hp, 0, sizeof(hp));
+    hp[kWeightDecay] = 0.0f;
+    ggml_backend_tensor_set(hp_no_decay_, hp, 0, sizeof(hp));
     if (ggml_backend_graph_compute(engine_.backend(), update_graph_) != GGML_STATUS_SUCCESS) fail("optimizer step failed");
-    return st;
 }
 
 double Trainer::evaluate(std::span<const Window> windows) {
@@ -260,23 +274,20 @@ void Trainer::build_optimizer_graphs() {
     norm_graph_ = ggml_new_graph_custom(opt_ctx_, 2 * n + 8, false);
     update_graph_ = ggml_new_graph_custom(opt_ctx_, 4 * n + 8, false);
     const bool adamw = opts_.opt.kind == OptimizerKind::AdamW;
-    clip_scale_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, 1);
-    hp_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, adamw ? 7 : 2);
-    hp_no_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, adamw ? 7 : 2);
-    for (ggml_tensor *t : {clip_scale_, hp_decay_, hp_no_decay_}) ggml_set_input(t);
+    hp_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, kHyperCount);
+    hp_no_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, kHyperCount);
+    for (ggml_tensor *t : {hp_decay_, hp_no_decay_}) ggml_set_input(t);
     for (Param &p : params) {
-        ggml_tensor *sq = ggml_sum(opt_ctx_, ggml_sqr(opt_ctx_, p.grad));
+        ggml_tensor *sq = graph::sum_of_squares(opt_ctx_, p.grad);
         ggml_set_output(sq);
         ggml_build_forward_expand(norm_graph_, sq);
         sq_norms_.push_back(sq);
 
-        ggml_tensor *g = ggml_mul(opt_ctx_, p.grad, clip_scale_);
         ggml_tensor *hp = p.decay ? hp_decay_ : hp_no_decay_;
-        ggml_tensor *upd = adamw ? ggml_opt_step_adamw(opt_ctx_, p.value, g, p.m, p.v, hp)
-                                 : ggml_opt_step_sgd(opt_ctx_, p.value, g, hp);
+        ggml_tensor *upd = adamw ? adamw_update(opt_ctx_, p, hp) : sgd_update(opt_ctx_, p, hp);
         ggml_build_forward_expand(update_graph_, upd);
     }
-    opt_inputs_.place(engine_.buffer_type(), {clip_scale_, hp_decay_, hp_no_decay_});
+    opt_inputs_.place(engine_.buffer_type(), {hp_decay_, hp_no_decay_});
     norm_alloc_ = ggml_gallocr_new(engine_.buffer_type());
     update_alloc_ = ggml_gallocr_new(engine_.buffer_type());
     if (!ggml_gallocr_alloc_graph(norm_alloc_, norm_graph_) || !ggml_gallocr_alloc_graph(update_alloc_, update_graph_)) {

@@ -2,7 +2,8 @@
 // over a micro-batch of sequences, a masked next-token cross-entropy loss,
 // its gradient through ggml's backward pass accumulated over the micro-batches
 // of a step, then one optimizer update (AdamW or SGD, toy's own moments and
-// step counter, gradient-norm clipping) as a graph of ggml's optimizer ops.
+// step counter, gradient-norm clipping) as a graph of toy's update ops
+// (train/optimizer.h).
 //
 // Shapes: a micro-batch is n_seqs windows of T tokens, tokens [T * n_seqs];
 // logits [n_vocab, T * n_seqs]; one-hot labels the same; a row mask [1, T * n_seqs]
@@ -74,8 +75,13 @@ public:
 
     int64_t seqs_per_step() const { return opts_.seqs_per_ubatch * opts_.ubatches; }
 
-    // One optimizer step over seqs_per_step() windows of n_ctx (+1) tokens.
+    // One optimizer step over seqs_per_step() windows of n_ctx (+1) tokens:
+    // gradients() then update().
     StepStats step(std::span<const Window *const> windows, float lr);
+    // The loss and gradients (left in the parameters' .grad) of a step's windows.
+    StepStats gradients(std::span<const Window *const> windows);
+    // The optimizer update from the gradients of the last gradients() call.
+    void update(const StepStats &st, float lr);
     // Mean loss over the windows' targets (no update, no gradient).
     double evaluate(std::span<const Window> windows);
 
@@ -102,9 +108,10 @@ private:
     ggml_cgraph *norm_graph_ = nullptr, *update_graph_ = nullptr;
     ggml_gallocr_t norm_alloc_ = nullptr, update_alloc_ = nullptr;
     std::vector<ggml_tensor *> sq_norms_;  // per parameter: sum of squared gradients
-    ggml_tensor *clip_scale_ = nullptr, *hp_decay_ = nullptr, *hp_no_decay_ = nullptr;
+    ggml_tensor *hp_decay_ = nullptr, *hp_no_decay_ = nullptr;
     InputBuffer opt_inputs_;
     int64_t opt_steps_ = 0;
+    bool pending_ = false;  // gradients computed, not yet applied
 };
 
 }  // namespace toy::train

@@ -1,0 +1,60 @@
+#include "train/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace toy::train {
+namespace {
+
+// Elements [begin, end) of this thread's share.
+std::pair<int64_t, int64_t> share(int64_t n, int ith, int nth) {
+    const int64_t per = (n + nth - 1) / nth;
+    return {std::min(n, ith * per), std::min(n, (ith + 1) * per)};
+}
+
+void adamw_kernel(ggml_tensor *dst, int ith, int nth, void *) {
+    float *w = static_cast<float *>(dst->src[0]->data);
+    float *g = static_cast<float *>(dst->src[1]->data);
+    float *m = static_cast<float *>(dst->src[2]->data);
+    float *v = static_cast<float *>(dst->src[3]->data);
+    const float *h = static_cast<const float *>(dst->src[4]->data);
+    const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], eps = h[kEps], b1h = h[kBeta1Correction],
+                b2h = h[kBeta2Correction], gs = h[kGradScale];
+    const float keep = 1.0f - lr * h[kWeightDecay];
+    const auto [begin, end] = share(ggml_nelements(dst->src[0]), ith, nth);
+    for (int64_t i = begin; i < end; ++i) {
+        const float gi = g[i] * gs;
+        m[i] = m[i] * b1 + gi * (1.0f - b1);
+        v[i] = v[i] * b2 + gi * gi * (1.0f - b2);
+        const float mh = m[i] * b1h;
+        const float vh = std::sqrt(v[i] * b2h) + eps;
+        w[i] = w[i] * keep - lr * mh / vh;
+        g[i] = 0.0f;
+    }
+}
+
+void sgd_kernel(ggml_tensor *dst, int ith, int nth, void *) {
+    float *w = static_cast<float *>(dst->src[0]->data);
+    float *g = static_cast<float *>(dst->src[1]->data);
+    const float *h = static_cast<const float *>(dst->src[2]->data);
+    const float lr = h[kLr], gs = h[kGradScale], keep = 1.0f - lr * h[kWeightDecay];
+    const auto [begin, end] = share(ggml_nelements(dst->src[0]), ith, nth);
+    for (int64_t i = begin; i < end; ++i) {
+        w[i] = w[i] * keep - lr * g[i] * gs;
+        g[i] = 0.0f;
+    }
+}
+
+}  // namespace
+
+ggml_tensor *adamw_update(ggml_context *ctx, const Param &p, ggml_tensor *hyper) {
+    ggml_tensor *args[] = {p.grad, p.m, p.v, hyper};
+    return ggml_custom_inplace(ctx, p.value, args, 4, adamw_kernel, GGML_N_TASKS_MAX, nullptr);
+}
+
+ggml_tensor *sgd_update(ggml_context *ctx, const Param &p, ggml_tensor *hyper) {
+    ggml_tensor *args[] = {p.grad, hyper};
+    return ggml_custom_inplace(ctx, p.value, args, 2, sgd_kernel, GGML_N_TASKS_MAX, nullptr);
+}
+
+}  // namespace toy::train
