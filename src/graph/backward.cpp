@@ -7,17 +7,18 @@
 namespace toy::graph {
 namespace {
 
-bool is_2d(const ggml_tensor *t) { return t->ne[2] == 1 && t->ne[3] == 1; }
+// Same batch dimensions (2 and 3): out_prod's broadcasting has no matmul equivalent here.
+bool same_batches(const ggml_tensor *a, const ggml_tensor *b) { return a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3]; }
 
-// Turns the out_prod node `t` = a b^T (a: [n, K], b: [m, K] -> [n, m]) into
-// mul_mat(a^T, b^T) with both operands contiguous [K, n] and [K, m].
+// Turns the out_prod node `t` = a b^T (a: [n, K], b: [m, K] -> [n, m], per
+// batch) into mul_mat(a^T, b^T) with both operands contiguous [K, n] and [K, m].
 class OutProdRewriter {
 public:
     explicit OutProdRewriter(ggml_context *ctx) : ctx_(ctx) {}
 
     bool rewrite(ggml_tensor *t) {
         ggml_tensor *a = t->src[0], *b = t->src[1];
-        if (t->op != GGML_OP_OUT_PROD || !is_2d(t) || !is_2d(a) || !is_2d(b)) return false;
+        if (t->op != GGML_OP_OUT_PROD || !same_batches(t, a) || !same_batches(t, b)) return false;
         if (a->type != GGML_TYPE_F32 || b->type != GGML_TYPE_F32) return false;
         t->op = GGML_OP_MUL_MAT;
         t->src[0] = transposed(a);

@@ -1,6 +1,6 @@
 // The backward pass of a training graph: ggml's automatic differentiation,
-// then the weight and input gradients of 2-D matrix products recomputed as
-// matrix products.
+// then the gradients of matrix products (weights, inputs, attention's batched
+// products) recomputed as matrix products.
 //
 // ggml differentiates y = W x into dW = out_prod(x, dy) and dx = out_prod(W,
 // dy^T). Its CPU out_prod is a loop of row updates; the same sums as a matmul

@@ -40,15 +40,15 @@ inline void transpose16x16(const float *in, int64_t ld_in, float *out, int64_t l
 
 void transpose_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     const ggml_tensor *x = dst->src[0];
-    const int64_t rows = x->ne[1], cols = x->ne[0];  // dst: [rows, cols] as ne0 = rows
+    const int64_t rows = x->ne[1], cols = x->ne[0];  // each plane of dst: [rows, cols] with ne0 = rows
     constexpr int64_t kTile = 32;
-    const int64_t n_tiles_r = (rows + kTile - 1) / kTile;
-    const int64_t per = (n_tiles_r + nth - 1) / nth;
-    const int64_t r_begin = std::min(rows, ith * per * kTile), r_end = std::min(rows, (ith + 1) * per * kTile);
-    const auto *src = static_cast<const char *>(x->data);
-    auto *out = static_cast<float *>(dst->data);
-    for (int64_t r0 = r_begin; r0 < r_end; r0 += kTile) {
-        const int64_t r1 = std::min(r0 + kTile, r_end);
+    // work units: (plane, band of kTile rows), dealt round-robin to the threads
+    const int64_t bands = (rows + kTile - 1) / kTile, planes = x->ne[2] * x->ne[3];
+    for (int64_t unit = ith; unit < planes * bands; unit += nth) {
+        const int64_t plane = unit / bands, i2 = plane % x->ne[2], i3 = plane / x->ne[2];
+        const int64_t r0 = (unit % bands) * kTile, r1 = std::min(r0 + kTile, rows);
+        const char *src = static_cast<const char *>(x->data) + i2 * x->nb[2] + i3 * x->nb[3];
+        float *out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + i2 * dst->nb[2] + i3 * dst->nb[3]);
         for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
             const int64_t c1 = std::min(c0 + kTile, cols);
 #if defined(__AVX512F__)
@@ -86,9 +86,10 @@ void sum_of_squares_kernel(ggml_tensor *dst, int ith, int, void *) {
 }  // namespace
 
 ggml_tensor *transpose_f32(ggml_context *ctx, ggml_tensor *x) {
-    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->ne[2] == 1 && x->ne[3] == 1);
+    GGML_ASSERT(x->type == GGML_TYPE_F32);
     ggml_tensor *args[] = {x};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[1], x->ne[0], 1, 1, args, 1, transpose_kernel, GGML_N_TASKS_MAX, nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[1], x->ne[0], x->ne[2], x->ne[3], args, 1, transpose_kernel,
+                          GGML_N_TASKS_MAX, nullptr);
 }
 
 ggml_tensor *sum_of_squares(ggml_context *ctx, ggml_tensor *x) {

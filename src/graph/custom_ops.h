@@ -7,8 +7,8 @@
 
 namespace toy::graph {
 
-// x^T of a 2-D F32 tensor (any strides), contiguous [ne1, ne0]: blocked in
-// 32 x 32 tiles over all threads. ggml's cont(transpose(x)) copies one
+// x^T of an F32 tensor (any strides), each [ne0, ne1] plane transposed:
+// contiguous [ne1, ne0, ne2, ne3], blocked in 32 x 32 tiles over all threads. ggml's cont(transpose(x)) copies one
 // element per memcpy call, the largest cost of a training step before this.
 ggml_tensor *transpose_f32(ggml_context *ctx, ggml_tensor *x);
 
