@@ -19,7 +19,8 @@ public:
     bool rewrite(ggml_tensor *t) {
         ggml_tensor *a = t->src[0], *b = t->src[1];
         if (t->op != GGML_OP_OUT_PROD || !same_batches(t, a) || !same_batches(t, b)) return false;
-        if (a->type != GGML_TYPE_F32 || b->type != GGML_TYPE_F32) return false;
+        if (b->type != GGML_TYPE_F32) return false;
+        if (a->type != GGML_TYPE_F32 && !(ggml_is_contiguous(a) && ggml_get_type_traits(a->type)->to_float)) return false;
         t->op = GGML_OP_MUL_MAT;
         t->src[0] = transposed(a);
         t->src[1] = transposed(b);
@@ -34,7 +35,8 @@ private:
         if (x->op == GGML_OP_TRANSPOSE && ggml_is_contiguous(x->src[0])) return x->src[0];
         auto it = cache_.find(x);
         if (it != cache_.end()) return it->second;
-        ggml_tensor *xt = transpose_f32(ctx_, x);
+        // a frozen F16 or quantized weight (LoRA's base): dequantized first
+        ggml_tensor *xt = transpose_f32(ctx_, x->type == GGML_TYPE_F32 ? x : ggml_cast(ctx_, x, GGML_TYPE_F32));
         cache_[x] = xt;
         return xt;
     }
