@@ -251,9 +251,9 @@ RunResult run_training(RunSettings s, const RunIo &io) {
         trainer.set_optimizer_steps(st.step);
         say(fmt::format("resuming {} at step {} of {}", resume, st.step, total));
     }
-    say(fmt::format("{} {} of {}: {} trainable parameters ({:.1f} MiB with gradients and moments); {}: {} documents, {} tokens, "
+    say(fmt::format("{}{} of {}: {} trainable parameters ({:.1f} MiB with gradients and moments); {}: {} documents, {} tokens, "
                     "{} windows of {}{}; {} held out; {} steps of {} sequences ({} per epoch)",
-                    s.mode == Mode::Full ? "full fine-tune" : "LoRA", s.mode == Mode::Full ? "" : fmt::format("rank {}", s.lora.rank),
+                    s.mode == Mode::Full ? "full fine-tune" : "LoRA", s.mode == Mode::Full ? "" : fmt::format(" rank {}", s.lora.rank),
                     s.model, tm->params().n_elements(), tm->params().state_bytes() / 1048576.0, s.data, train.n_documents,
                     train.n_tokens, n_windows, s.n_ctx, train.n_skipped ? fmt::format(" ({} skipped)", train.n_skipped) : "",
                     val.windows.size(), total, per_step, steps_per_epoch));
