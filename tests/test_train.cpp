@@ -35,31 +35,32 @@ fs::path scratch_dir() {
     return d;
 }
 
-// A tiny F32 model of `arch` (custom preset), written once per process.
+// F32 options of a small model of `arch` (custom preset).
+InitOptions small_f32(const std::string &arch, int64_t n_embd, int64_t n_head, int64_t n_head_kv, int64_t n_ff,
+                      int64_t n_layer) {
+    InitOptions o = preset_options("custom", arch);
+    o.type = InitType::F32;
+    o.n_embd = n_embd;
+    o.n_head = n_head;
+    o.n_head_kv = n_head_kv;
+    o.n_ff = n_ff;
+    o.n_layer = n_layer;
+    o.n_ctx = 64;
+    return o;
+}
+
+// A tiny F32 model of `arch`, written once per process.
 std::string tiny_model(const std::string &arch, int64_t n_swa = 0) {
     const fs::path path = scratch_dir() / (arch + (n_swa ? "-swa" : "") + ".gguf");
     if (fs::exists(path)) return path.string();
-    InitOptions o = preset_options("custom", arch);
-    o.type = InitType::F32;
-    o.n_embd = 32;
-    o.n_head = 4;
-    o.n_head_kv = arch == "gpt2" ? 4 : 2;
-    o.n_ff = 48;
-    o.n_layer = 2;
+    InitOptions o = small_f32(arch, 32, 4, arch == "gpt2" ? 4 : 2, 48, 2);
     o.n_vocab = arch == "gpt2" || arch == "qwen2" || arch == "qwen3" ? 300 : 280;
-    o.n_ctx = 64;
     o.seed = 7;
     if (n_swa) o.n_swa = n_swa;
     init_model(o, path.string());
     return path.string();
 }
 
-LoadOptions trainable_load() {
-    LoadOptions lo;
-    lo.repack = false;
-    lo.fuse = false;
-    return lo;
-}
 
 std::vector<Window> random_windows(int n, int64_t T, int64_t n_vocab, uint64_t seed, bool partial_mask = false) {
     std::mt19937_64 rng(seed);
@@ -72,11 +73,6 @@ std::vector<Window> random_windows(int n, int64_t T, int64_t n_vocab, uint64_t s
     return out;
 }
 
-std::vector<float> get(const ggml_tensor *t) {
-    std::vector<float> v(ggml_nelements(t));
-    ggml_backend_tensor_get(t, v.data(), 0, v.size() * sizeof(float));
-    return v;
-}
 void put(ggml_tensor *t, const std::vector<float> &v) { ggml_backend_tensor_set(t, v.data(), 0, v.size() * sizeof(float)); }
 
 // Checks every parameter's gradient g along a direction d: g . d against
@@ -93,7 +89,7 @@ void check_gradients(TrainableModel &m, const TrainerOptions &to, int64_t n_voca
     // Move off the initial point: a random model's logits are nearly uniform
     // and its gradients tiny (LoRA's B is zero, and with it A's gradient)
     for (Param &p : m.params().params()) {
-        std::vector<float> v = get(p.value);
+        std::vector<float> v = read_f32(p.value);
         for (float &x : v) x += 0.05f * nd(rng);
         put(p.value, v);
     }
@@ -102,7 +98,7 @@ void check_gradients(TrainableModel &m, const TrainerOptions &to, int64_t n_voca
     tr.gradients(ptrs);  // left in .grad
     int checked = 0;
     for (Param &p : m.params().params()) {
-        const std::vector<float> w0 = get(p.value), g = get(p.grad);
+        const std::vector<float> w0 = read_f32(p.value), g = read_f32(p.grad);
         std::vector<double> r(w0.size()), d(w0.size());
         double rn = 0, gn = 0, norm = 0, dot = 0;
         for (size_t i = 0; i < r.size(); ++i) {
@@ -147,7 +143,7 @@ class TrainGrad : public ::testing::TestWithParam<ArchCase> {};
 
 TEST_P(TrainGrad, FullFineTuneGradientsMatchFiniteDifferences) {
     const ArchCase &ac = GetParam();
-    auto model = Model::load(tiny_model(ac.arch, ac.n_swa), trainable_load());
+    auto model = Model::load(tiny_model(ac.arch, ac.n_swa), trainable_load_options());
     auto m = TrainableModel::full(*model);
     TrainerOptions to;
     to.n_ctx = 12;
@@ -167,7 +163,7 @@ TEST(Train, LoraGradientsMatchFiniteDifferences) {
     for (bool per_head : {false, true}) {
         for (const char *arch : {"llama", "gpt2"}) {
             SCOPED_TRACE(std::string(arch) + (per_head ? " per-head" : " standard"));
-            auto model = Model::load(tiny_model(arch), trainable_load());
+            auto model = Model::load(tiny_model(arch), trainable_load_options());
             LoraOptions lo;
             lo.rank = 3;
             lo.per_head = per_head;
@@ -188,7 +184,7 @@ TEST(Train, LoraOnAQuantizedBaseHasTheGradientsOfItsDequantizedWeights) {
     // adapters at small scales. Instead: the same adapters on an F32 copy of
     // the dequantized weights get the same gradients, up to that quantization.
     const std::string q8 = fixture_path("llama-256.q8_0.gguf");
-    auto qmodel = Model::load(q8, trainable_load());
+    auto qmodel = Model::load(q8, trainable_load_options());
     gguf::Writer w;
     w.copy_metadata(qmodel->file(), [](const std::string &k) { return k == "general.file_type"; });
     std::vector<std::vector<float>> data;
@@ -200,7 +196,7 @@ TEST(Train, LoraOnAQuantizedBaseHasTheGradientsOfItsDequantizedWeights) {
     }
     const std::string f32 = (scratch_dir() / "llama-256.dequantized.gguf").string();
     w.write(f32);
-    auto fmodel = Model::load(f32, trainable_load());
+    auto fmodel = Model::load(f32, trainable_load_options());
 
     auto grads_of = [](const Model &model) {
         LoraOptions lo;
@@ -210,7 +206,7 @@ TEST(Train, LoraOnAQuantizedBaseHasTheGradientsOfItsDequantizedWeights) {
         std::mt19937_64 rng(9);
         std::normal_distribution<float> nd;
         for (Param &p : m->params().params()) {  // B off zero, identically for both
-            std::vector<float> v = get(p.value);
+            std::vector<float> v = read_f32(p.value);
             for (float &x : v) x += 0.02f * nd(rng);
             put(p.value, v);
         }
@@ -223,7 +219,7 @@ TEST(Train, LoraOnAQuantizedBaseHasTheGradientsOfItsDequantizedWeights) {
         std::vector<const Window *> ptrs{&windows[0], &windows[1]};
         tr.gradients(ptrs);
         std::vector<std::vector<float>> out;
-        for (const Param &p : m->params().params()) out.push_back(get(p.grad));
+        for (const Param &p : m->params().params()) out.push_back(read_f32(p.grad));
         return out;
     };
     const auto gq = grads_of(*qmodel), gf = grads_of(*fmodel);
@@ -241,7 +237,7 @@ TEST(Train, LoraOnAQuantizedBaseHasTheGradientsOfItsDequantizedWeights) {
 TEST(Train, StepZeroLossEqualsCrossEntropyOfInferenceLogits) {
     for (const char *arch : {"llama", "gemma2", "gpt2"}) {
         SCOPED_TRACE(arch);
-        auto model = Model::load(tiny_model(arch), trainable_load());
+        auto model = Model::load(tiny_model(arch), trainable_load_options());
         auto m = TrainableModel::full(*model);
         Engine engine(2);
         TrainerOptions to;
@@ -273,7 +269,7 @@ TEST(Train, StepZeroLossEqualsCrossEntropyOfInferenceLogits) {
 
 TEST(Train, LoraAtStepZeroGivesTheBaseLogitsBitForBit) {
     for (bool per_head : {false, true}) {
-        auto model = Model::load(shared_path("models/stories260K.gguf"), trainable_load());
+        auto model = Model::load(shared_path("models/stories260K.gguf"), trainable_load_options());
         LoraOptions lo;
         lo.per_head = per_head;
         lo.targets = parse_lora_targets("all");
@@ -288,7 +284,7 @@ TEST(Train, LoraAtStepZeroGivesTheBaseLogitsBitForBit) {
 
 TEST(Train, QuantizedFullFineTuneAndMoeAreRefusedWithOneLine) {
     for (auto [fixture, needle] : {std::pair{"llama-256.q8_0.gguf", "LoRA"}, std::pair{"qwen3moe.f32.gguf", "mul_mat_id"}}) {
-        auto model = Model::load(fixture_path(fixture), trainable_load());
+        auto model = Model::load(fixture_path(fixture), trainable_load_options());
         try {
             TrainableModel::full(*model);
             ADD_FAILURE() << fixture << ": expected an error";
@@ -300,7 +296,7 @@ TEST(Train, QuantizedFullFineTuneAndMoeAreRefusedWithOneLine) {
 
 TEST(Train, SameSeedSameLossCurve) {
     auto run = [] {
-        auto model = Model::load(tiny_model("llama"), trainable_load());
+        auto model = Model::load(tiny_model("llama"), trainable_load_options());
         auto m = TrainableModel::full(*model);
         Engine engine(2);
         TrainerOptions to;
@@ -444,14 +440,7 @@ TEST(TrainRun, ResumedRunEqualsUninterruptedBitForBit) {
 TEST(TrainRun, FromScratchLearnsBelowTheUnigramEntropy) {
     // a new model with stories260K's tokenizer, trained on the story grammar
     const std::string data = write_text("scratch.txt", story_corpus(400, 3));
-    InitOptions o = preset_options("custom", "llama");
-    o.type = InitType::F32;
-    o.n_embd = 64;
-    o.n_head = 4;
-    o.n_head_kv = 4;
-    o.n_ff = 128;
-    o.n_layer = 2;
-    o.n_ctx = 64;
+    InitOptions o = small_f32("llama", 64, 4, 4, 128, 2);
     o.vocab_from = shared_path("models/stories260K.gguf");
     const std::string init = (scratch_dir() / "scratch.init.gguf").string();
     init_model(o, init);
@@ -492,17 +481,11 @@ TEST(TrainRun, FromScratchLearnsBelowTheUnigramEntropy) {
 
 TEST(TrainRun, DeepModelsTrainWithoutAGraphLimit) {
     // llama-finetune of the pinned version aborts from 8 layers on; toy sizes its graphs by the layer count
-    InitOptions o = preset_options("custom", "qwen2");
-    o.type = InitType::F32;
-    o.n_embd = 32;
-    o.n_head = 2;
-    o.n_head_kv = 1;
-    o.n_ff = 32;
-    o.n_layer = 40;
+    InitOptions o = small_f32("qwen2", 32, 2, 1, 32, 40);
     o.n_vocab = 300;
     const std::string path = (scratch_dir() / "deep.gguf").string();
     init_model(o, path);
-    auto model = Model::load(path, trainable_load());
+    auto model = Model::load(path, trainable_load_options());
     for (bool lora : {false, true}) {
         auto m = lora ? TrainableModel::lora(*model, LoraOptions{}) : TrainableModel::full(*model);
         Engine engine(2);

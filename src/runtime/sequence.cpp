@@ -1,14 +1,13 @@
 #include "runtime/sequence.h"
 
 #include "graph/forward.h"
+#include "runtime/engine.h"
 #include "runtime/inputs.h"
 
 #include <ggml-alloc.h>
 #include <ggml-backend.h>
-#include <ggml-cpu.h>
 
 #include <memory>
-#include <thread>
 
 namespace toy {
 
@@ -28,18 +27,16 @@ std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> to
     p.adapters = adapters;
     graph::ForwardGraph g = graph::build_forward(ctx.get(), gf, model, p);
 
-    std::unique_ptr<ggml_backend, decltype(&ggml_backend_free)> backend(ggml_backend_cpu_init(), ggml_backend_free);
-    ggml_backend_cpu_set_n_threads(backend.get(), n_threads > 0 ? n_threads : (int)std::thread::hardware_concurrency());
+    const Engine engine(n_threads);
     InputBuffer inputs;
-    inputs.place(ggml_backend_get_default_buffer_type(backend.get()), g.inputs());
-    std::unique_ptr<ggml_gallocr, decltype(&ggml_gallocr_free)> alloc(
-        ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())), ggml_gallocr_free);
+    inputs.place(engine.buffer_type(), g.inputs());
+    std::unique_ptr<ggml_gallocr, decltype(&ggml_gallocr_free)> alloc(ggml_gallocr_new(engine.buffer_type()), ggml_gallocr_free);
     if (!ggml_gallocr_alloc_graph(alloc.get(), gf)) fail("could not allocate the sequence graph ({} tokens)", T);
 
     std::vector<int32_t> pos(T);
     for (int64_t i = 0; i < T; ++i) pos[i] = (int32_t)i;
     set_forward_inputs(g, c, tokens, pos);
-    if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS) fail("graph computation failed");
+    if (ggml_backend_graph_compute(engine.backend(), gf) != GGML_STATUS_SUCCESS) fail("graph computation failed");
     std::vector<float> logits((size_t)T * c.n_vocab);
     ggml_backend_tensor_get(g.logits, logits.data(), 0, logits.size() * sizeof(float));
     return logits;

@@ -47,7 +47,6 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
     }
 
     engine_ = std::make_unique<Engine>(opts.n_threads);
-    backend_ = engine_->backend();
 
     // KV cache: one K and one V tensor per layer, in one zeroed buffer (masked
     // cells are multiplied by zero weights; they must not hold NaNs)
@@ -68,7 +67,7 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
         kv_.k.push_back(k);
         kv_.v.push_back(v);
     }
-    kv_buf_ = ggml_backend_alloc_ctx_tensors(kv_ctx_, backend_);
+    kv_buf_ = ggml_backend_alloc_ctx_tensors(kv_ctx_, engine_->backend());
     if (!kv_buf_) fail("could not allocate the KV cache ({} cells)", n_ctx_);
     ggml_backend_buffer_clear(kv_buf_, 0);
 
@@ -130,7 +129,7 @@ void Session::build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs) {
     p.flash_attn = flash_attn_;
     p.kv = &kv_;
     g_ = graph::build_forward(graph_ctx_, gf_, model_, p);
-    inputs_.place(ggml_backend_get_default_buffer_type(backend_), g_.inputs());
+    inputs_.place(engine_->buffer_type(), g_.inputs());
     if (!ggml_backend_sched_alloc_graph(sched_, gf_)) fail("could not allocate the compute graph ({} tokens)", n_tokens);
     shape_ = {n_tokens, n_kv, n_outputs};
     ++graphs_built_;

@@ -80,7 +80,6 @@ private:
     std::vector<std::string> notes_;
 
     std::unique_ptr<Engine> engine_;
-    ggml_backend_t backend_ = nullptr;  // engine_'s
     ggml_backend_sched_t sched_ = nullptr;
 
     // KV cache

@@ -16,12 +16,6 @@ namespace {
 
 constexpr uint32_t kVersion = 1;
 
-std::vector<float> read(const ggml_tensor *t) {
-    std::vector<float> v(ggml_nelements(t));
-    ggml_backend_tensor_get(t, v.data(), 0, v.size() * sizeof(float));
-    return v;
-}
-
 std::vector<uint32_t> as_u32(const std::vector<int64_t> &v) { return {v.begin(), v.end()}; }
 
 // "checkpoint-000123.gguf" -> 123, or -1.
@@ -33,7 +27,29 @@ int64_t step_of(const fs::path &p) {
     return std::stoll(digits);
 }
 
+// The file, once it is known to be a checkpoint this toy reads.
+std::unique_ptr<gguf::File> open_checkpoint(const std::string &path) {
+    auto f = gguf::File::open(path);
+    if (f->opt_string("general.type").value_or("") != "toy.checkpoint") {
+        fail("{}: not a toy training checkpoint (general.type is not toy.checkpoint)", path);
+    }
+    if (f->get_u32("toy.checkpoint.version") != kVersion) {
+        fail("{}: checkpoint version {}, this toy reads version {}", path, f->get_u32("toy.checkpoint.version"), kVersion);
+    }
+    return f;
+}
+
+nlohmann::json settings_of(const gguf::File &f) {
+    try {
+        return nlohmann::json::parse(f.get_string("toy.checkpoint.settings"));
+    } catch (const nlohmann::json::exception &e) {
+        fail("{}: toy.checkpoint.settings is not JSON ({})", f.path(), e.what());
+    }
+}
+
 }  // namespace
+
+nlohmann::json checkpoint_settings(const std::string &path) { return settings_of(*open_checkpoint(path)); }
 
 std::string checkpoint_name(const std::string &dir, int64_t step) {
     return (fs::path(dir) / fmt::format("checkpoint-{:06d}.gguf", step)).string();
@@ -55,7 +71,7 @@ void save_checkpoint(const std::string &path, const ParamSet &params, const Chec
         const std::array<int64_t, 4> ne{p.value->ne[0], p.value->ne[1], p.value->ne[2], p.value->ne[3]};
         const int nd = ggml_n_dims(p.value);
         for (auto [t, suffix] : {std::pair{p.value, ""}, std::pair{p.m, ".adam_m"}, std::pair{p.v, ".adam_v"}}) {
-            data.push_back(read(t));
+            data.push_back(read_f32(t));
             w.add_tensor(p.name + suffix, GGML_TYPE_F32, ne, nd, data.back().data());
         }
     }
@@ -63,20 +79,10 @@ void save_checkpoint(const std::string &path, const ParamSet &params, const Chec
 }
 
 CheckpointState load_checkpoint(const std::string &path, ParamSet &params) {
-    auto f = gguf::File::open(path);
-    if (f->opt_string("general.type").value_or("") != "toy.checkpoint") {
-        fail("{}: not a toy training checkpoint (general.type is not toy.checkpoint)", path);
-    }
-    if (f->get_u32("toy.checkpoint.version") != kVersion) {
-        fail("{}: checkpoint version {}, this toy reads version {}", path, f->get_u32("toy.checkpoint.version"), kVersion);
-    }
+    auto f = open_checkpoint(path);
     CheckpointState st;
     st.step = f->get_int("toy.checkpoint.step");
-    try {
-        st.settings = nlohmann::json::parse(f->get_string("toy.checkpoint.settings"));
-    } catch (const nlohmann::json::exception &e) {
-        fail("{}: toy.checkpoint.settings is not JSON ({})", path, e.what());
-    }
+    st.settings = settings_of(*f);
     st.data_hash = (uint64_t)f->get_int("toy.checkpoint.data_hash");
     st.train_loss = f->get_float_array("toy.checkpoint.train_loss");
     st.val_steps = f->get_int_array("toy.checkpoint.val_steps");

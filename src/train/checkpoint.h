@@ -28,6 +28,8 @@ void save_checkpoint(const std::string &path, const ParamSet &params, const Chec
 // Fills the parameters' values and moments; throws toy::Error (one line) when
 // the file is not a checkpoint, is corrupt, or does not match `params`.
 CheckpointState load_checkpoint(const std::string &path, ParamSet &params);
+// The run settings a checkpoint was written with (same checks as loading).
+nlohmann::json checkpoint_settings(const std::string &path);
 
 // The newest "checkpoint-<step>.gguf" in `dir` (empty when none).
 std::string latest_checkpoint(const std::string &dir);

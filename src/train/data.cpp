@@ -12,12 +12,6 @@
 
 namespace toy::train {
 
-int64_t Dataset::n_targets() const {
-    int64_t n = 0;
-    for (const Window &w : windows) n += w.n_targets;
-    return n;
-}
-
 Dataset Dataset::split_tail(double fraction) {
     if (!(fraction > 0.0 && fraction < 1.0)) fail("-val-split: expected a fraction between 0 and 1, found {}", fraction);
     const int64_t n = (int64_t)windows.size();

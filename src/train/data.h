@@ -31,7 +31,6 @@ struct Dataset {
     int64_t n_skipped = 0;     // conversations without an assistant turn, windows without a target
     std::string source;
 
-    int64_t n_targets() const;
     // Moves the last `fraction` of the windows (at least one) into a new
     // dataset: held-out data never seen in training.
     Dataset split_tail(double fraction);

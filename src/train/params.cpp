@@ -102,6 +102,12 @@ size_t ParamSet::state_bytes() const {
     return n;
 }
 
+std::vector<float> read_f32(const ggml_tensor *t) {
+    std::vector<float> v(ggml_nelements(t));
+    ggml_backend_tensor_get(t, v.data(), 0, v.size() * sizeof(float));
+    return v;
+}
+
 void ParamSet::zero_grads() {
     if (grads_buf_) ggml_backend_buffer_clear(grads_buf_, 0);
 }

@@ -54,4 +54,7 @@ private:
     bool allocated_ = false;
 };
 
+// An F32 tensor's values, copied to the host.
+std::vector<float> read_f32(const ggml_tensor *t);
+
 }  // namespace toy::train

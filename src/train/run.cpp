@@ -175,25 +175,10 @@ RunResult run_training(RunSettings s, const RunIo &io) {
         resume = latest_checkpoint(dir);
         if (resume.empty()) fail("--resume {}: the directory holds no checkpoint-<step>.gguf", dir);
     }
-    if (!resume.empty()) {
-        auto f = gguf::File::open(resume);
-        if (f->opt_string("general.type").value_or("") != "toy.checkpoint") {
-            fail("{}: not a toy training checkpoint (general.type is not toy.checkpoint)", resume);
-        }
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(f->get_string("toy.checkpoint.settings"));
-        } catch (const nlohmann::json::exception &e) {
-            fail("{}: toy.checkpoint.settings is not JSON ({})", resume, e.what());
-        }
-        s = RunSettings::from_json(j);
-    }
+    if (!resume.empty()) s = RunSettings::from_json(checkpoint_settings(resume));
 
     // 2. The model, its tokenizer and the data.
-    LoadOptions lo;
-    lo.repack = false;  // the backward pass needs the plain layouts
-    lo.fuse = false;    // adapters and gradients are per projection
-    auto model = Model::load(s.model, lo);
+    auto model = Model::load(s.model, trainable_load_options());
     const Config &c = model->config();
     check_trainable(c);
     const text::Vocab vocab = text::Vocab::load(model->file());
@@ -327,10 +312,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     const double loop_s = std::chrono::duration<double>(clock::now() - t_loop).count();
     res.tokens_per_s = step > first_step ? tokens_per_step * (double)(step - first_step) / std::max(1e-9, loop_s) : 0;
 
-    // 5. The end (or a signal): evaluate, checkpoint, write, plot.
-    if (!res.interrupted && !val.windows.empty() && (st.val_steps.empty() || st.val_steps.back() != step)) {
-        last_val = evaluate(step);
-    }
+    // 5. The end (or a signal): checkpoint, write, plot (the loop evaluated the last step).
     res.val_loss = last_val;
     save(step);
     if (res.interrupted) {
@@ -350,10 +332,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
 }
 
 double held_out_loss(const std::string &model_path, const std::string &data, int64_t n_ctx, int n_threads) {
-    LoadOptions lo;
-    lo.repack = false;
-    lo.fuse = false;
-    auto model = Model::load(model_path, lo);
+    auto model = Model::load(model_path, trainable_load_options());
     const text::Vocab vocab = text::Vocab::load(model->file());
     Dataset d = load_dataset(data, vocab, nullptr, n_ctx);
     auto tm = TrainableModel::frozen(*model);

@@ -52,6 +52,13 @@ std::string lora_name(int il, Proj p, const char *ab) {
 
 }  // namespace
 
+LoadOptions trainable_load_options() {
+    LoadOptions lo;
+    lo.repack = false;
+    lo.fuse = false;
+    return lo;
+}
+
 std::vector<Proj> parse_lora_targets(const std::string &list) {
     std::vector<Proj> out;
     std::stringstream ss(list);
@@ -185,12 +192,6 @@ std::unique_ptr<TrainableModel> TrainableModel::frozen(const Model &base) {
 
 namespace {
 
-std::vector<float> read_tensor(const ggml_tensor *t) {
-    std::vector<float> v(ggml_nelements(t));
-    ggml_backend_tensor_get(t, v.data(), 0, v.size() * sizeof(float));
-    return v;
-}
-
 std::array<int64_t, 4> ne4(const ggml_tensor *t) { return {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}; }
 
 }  // namespace
@@ -210,7 +211,7 @@ void TrainableModel::write(const std::string &path) const {
             if (const Param *p = params_->find(s.name)) t = p->value;
             if (!t && s.role == TensorRole::RopeFactors) t = w_.rope_freqs;
             if (!t) continue;
-            data.push_back(read_tensor(t));
+            data.push_back(read_f32(t));
             w.add_tensor(s.name, GGML_TYPE_F32, ne4(t), ggml_n_dims(t), data.back().data());
         }
     } else {
@@ -222,10 +223,10 @@ void TrainableModel::write(const std::string &path) const {
             for (int pi = 0; pi < graph::kProjCount; ++pi) {
                 for (const graph::LoraTerm &term : adapters_.layers[il][pi]) {
                     const Proj p = (Proj)pi;
-                    data.push_back(read_tensor(term.a));
+                    data.push_back(read_f32(term.a));
                     w.add_tensor(lora_name(il, p, "lora_a"), GGML_TYPE_F32, ne4(term.a), 2, data.back().data());
                     if (!term.per_head) {
-                        data.push_back(read_tensor(term.b));
+                        data.push_back(read_f32(term.b));
                         w.add_tensor(lora_name(il, p, "lora_b"), GGML_TYPE_F32, ne4(term.b), 2, data.back().data());
                         continue;
                     }
@@ -233,7 +234,7 @@ void TrainableModel::write(const std::string &path) const {
                     // feed its head_dim outputs. llama.cpp scales by alpha / rank, and
                     // the rank is now r * n_head: B carries the factor n_head back.
                     const int64_t r = term.b->ne[0], hd = term.b->ne[1], nh = term.b->ne[2];
-                    const std::vector<float> b = read_tensor(term.b);
+                    const std::vector<float> b = read_f32(term.b);
                     std::vector<float> full((size_t)(r * nh) * (hd * nh), 0.0f);
                     for (int64_t h = 0; h < nh; ++h)
                         for (int64_t d = 0; d < hd; ++d)

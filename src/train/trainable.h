@@ -28,6 +28,11 @@ struct LoraOptions {
     uint64_t seed = 42;
 };
 
+// How a model is loaded for training or evaluating a training loss: mapped,
+// not repacked (the backward pass needs the plain layouts), Q|K|V not fused
+// (adapters and gradients are per projection).
+LoadOptions trainable_load_options();
+
 // "q,k,v,o,gate,up,down" (or "all") -> projections; throws toy::Error.
 std::vector<graph::Proj> parse_lora_targets(const std::string &list);
 

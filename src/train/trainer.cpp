@@ -295,10 +295,4 @@ void Trainer::build_optimizer_graphs() {
     }
 }
 
-size_t Trainer::compute_bytes() const {
-    size_t n = train_ ? ggml_backend_sched_get_buffer_size(train_->sched, engine_.backend()) : 0;
-    if (norm_alloc_) n += ggml_gallocr_get_buffer_size(norm_alloc_, 0) + ggml_gallocr_get_buffer_size(update_alloc_, 0);
-    return n;
-}
-
 }  // namespace toy::train

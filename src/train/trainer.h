@@ -85,10 +85,8 @@ public:
     // Mean loss over the windows' targets (no update, no gradient).
     double evaluate(std::span<const Window> windows);
 
-    // Optimizer steps taken (AdamW's bias correction counts from it).
-    int64_t optimizer_steps() const { return opt_steps_; }
+    // Optimizer steps taken so far, as restored from a checkpoint (AdamW's bias correction counts from it).
     void set_optimizer_steps(int64_t n) { opt_steps_ = n; }
-    size_t compute_bytes() const;  // the training graph's buffers
 
 private:
     struct LossGraph;
