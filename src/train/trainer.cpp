@@ -28,6 +28,7 @@ struct Trainer::LossGraph {
     ggml_cgraph *gf = nullptr;
     graph::ForwardGraph g;
     ggml_tensor *labels = nullptr;   // F32 [n_vocab, N] one-hot
+    std::vector<size_t> hot;         // elements of labels set to 1 for the last micro-batch
     ggml_tensor *row_mask = nullptr; // F32 [1, N]
     ggml_tensor *weight = nullptr;   // F32 [1]
     ggml_tensor *loss = nullptr;
@@ -110,6 +111,7 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
         inputs.push_back(lg.loss_grad);
     }
     lg.inputs.place(engine_.buffer_type(), inputs);
+    ggml_backend_tensor_memset(lg.labels, 0, 0, ggml_nbytes(lg.labels));
     lg.sched = engine_.make_scheduler(size);
     if (trace_.out) ggml_backend_sched_set_eval_callback(lg.sched, trace_callback, &trace_);
     if (!ggml_backend_sched_alloc_graph(lg.sched, lg.gf)) {
@@ -123,7 +125,11 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
     const int64_t T = opts_.n_ctx, n_seqs = opts_.seqs_per_ubatch, N = T * n_seqs;
     std::vector<int32_t> tokens(N), pos(N);
     std::vector<float> mask(N, 0.0f);
-    std::vector<float> labels((size_t)N * c.n_vocab, 0.0f);
+    // the one-hot rows change in one element per target: clear the last
+    // micro-batch's ones and set this one's instead of uploading N x n_vocab floats
+    const float zero = 0.0f, one = 1.0f;
+    for (size_t at : lg.hot) ggml_backend_tensor_set(lg.labels, &zero, at * sizeof(float), sizeof(float));
+    lg.hot.clear();
     for (int64_t s = 0; s < n_seqs; ++s) {
         const Window &w = *windows[s];
         if ((int64_t)w.tokens.size() != T + 1 || (int64_t)w.mask.size() != T) {
@@ -139,18 +145,17 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
                 fail("token id {} is out of range: the vocabulary has {} tokens", target, c.n_vocab);
             }
             mask[row] = 1.0f;
-            labels[(size_t)row * c.n_vocab + target] = 1.0f;
+            lg.hot.push_back((size_t)row * c.n_vocab + target);
         }
     }
     for (int32_t t : tokens) {
         if (t < 0 || t >= c.n_vocab) fail("token id {} is out of range: the vocabulary has {} tokens", t, c.n_vocab);
     }
     set_forward_inputs(lg.g, c, tokens, pos);
-    ggml_backend_tensor_set(lg.labels, labels.data(), 0, labels.size() * sizeof(float));
+    for (size_t at : lg.hot) ggml_backend_tensor_set(lg.labels, &one, at * sizeof(float), sizeof(float));
     ggml_backend_tensor_set(lg.row_mask, mask.data(), 0, mask.size() * sizeof(float));
     ggml_backend_tensor_set(lg.weight, &weight, 0, sizeof(float));
     if (lg.loss_grad) {
-        const float one = 1.0f;
         ggml_backend_tensor_set(lg.loss_grad, &one, 0, sizeof(float));
     }
     trace_.graph++;
