@@ -1,11 +1,12 @@
 # The two commands of the README:
 #   make run    build toy and run its main job on the default model
 #   make test   build toy and run the whole test suite
+#   make default-model   retrain models/toy-stories.gguf from nothing (~25 min on 2 cores)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
-MODEL ?= ../shared/models/stories260K.gguf
+MODEL ?= models/toy-stories.gguf
 
-.PHONY: all deps configure build run test clean
+.PHONY: all deps configure build run test clean default-model
 
 all: build
 
@@ -22,11 +23,13 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	@echo "toy: main job on $(MODEL) (until toy trains its own default model)" >&2
-	$(BUILD)/toy run -m $(MODEL) -p "Once upon a time" -n 48 --temp 0
+	$(BUILD)/toy run -m $(MODEL) -p "Once upon a time" -n 96 --temp 0.8 -s 42
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+default-model: build
+	scripts/make-default-model.sh
 
 clean:
 	rm -rf $(BUILD)

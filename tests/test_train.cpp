@@ -6,6 +6,7 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/sequence.h"
+#include "test_models.h"
 #include "test_util.h"
 #include "gguf/gguf_writer.h"
 #include "train/checkpoint.h"
@@ -26,40 +27,13 @@ using namespace toy;
 using namespace toy::train;
 using toy::test::fixture_path;
 using toy::test::shared_path;
+using toy::test::scratch_dir;
+using toy::test::small_f32;
+using toy::test::tiny_model;
 
 namespace {
 
-fs::path scratch_dir() {
-    fs::path d = fs::temp_directory_path() / ("toy_train_test_" + std::to_string(getpid()));
-    fs::create_directories(d);
-    return d;
-}
 
-// F32 options of a small model of `arch` (custom preset).
-InitOptions small_f32(const std::string &arch, int64_t n_embd, int64_t n_head, int64_t n_head_kv, int64_t n_ff,
-                      int64_t n_layer) {
-    InitOptions o = preset_options("custom", arch);
-    o.type = InitType::F32;
-    o.n_embd = n_embd;
-    o.n_head = n_head;
-    o.n_head_kv = n_head_kv;
-    o.n_ff = n_ff;
-    o.n_layer = n_layer;
-    o.n_ctx = 64;
-    return o;
-}
-
-// A tiny F32 model of `arch`, written once per process.
-std::string tiny_model(const std::string &arch, int64_t n_swa = 0) {
-    const fs::path path = scratch_dir() / (arch + (n_swa ? "-swa" : "") + ".gguf");
-    if (fs::exists(path)) return path.string();
-    InitOptions o = small_f32(arch, 32, 4, arch == "gpt2" ? 4 : 2, 48, 2);
-    o.n_vocab = arch == "gpt2" || arch == "qwen2" || arch == "qwen3" ? 300 : 280;
-    o.seed = 7;
-    if (n_swa) o.n_swa = n_swa;
-    init_model(o, path.string());
-    return path.string();
-}
 
 
 std::vector<Window> random_windows(int n, int64_t T, int64_t n_vocab, uint64_t seed, bool partial_mask = false) {
@@ -234,6 +208,26 @@ TEST(Train, LoraOnAQuantizedBaseHasTheGradientsOfItsDequantizedWeights) {
     }
 }
 
+// Mean next-token cross-entropy of the windows from toy's inference logits.
+double inference_cross_entropy(const Model &model, const std::vector<Window> &windows) {
+    const int64_t V = model.config().n_vocab;
+    double sum = 0;
+    int64_t n = 0;
+    for (const Window &w : windows) {
+        std::vector<int32_t> in(w.tokens.begin(), w.tokens.end() - 1);
+        const std::vector<float> logits = eval_sequence(model, in, 2);
+        for (size_t i = 0; i < in.size(); ++i) {
+            const float *row = logits.data() + i * V;
+            const double mx = *std::max_element(row, row + V);
+            double z = 0;
+            for (int64_t k = 0; k < V; ++k) z += std::exp(row[k] - mx);
+            sum += -(row[w.tokens[i + 1]] - mx - std::log(z));
+            ++n;
+        }
+    }
+    return sum / n;
+}
+
 TEST(Train, StepZeroLossEqualsCrossEntropyOfInferenceLogits) {
     for (const char *arch : {"llama", "gemma2", "gpt2"}) {
         SCOPED_TRACE(arch);
@@ -246,24 +240,80 @@ TEST(Train, StepZeroLossEqualsCrossEntropyOfInferenceLogits) {
         Trainer tr(engine, *m, to);
         const int64_t V = model->config().n_vocab;
         std::vector<Window> windows = random_windows(3, to.n_ctx, V, 3);
-        double sum = 0;
-        int64_t n = 0;
-        for (const Window &w : windows) {
-            std::vector<int32_t> in(w.tokens.begin(), w.tokens.end() - 1);
-            const std::vector<float> logits = eval_sequence(*model, in, 2);
-            for (int64_t i = 0; i < to.n_ctx; ++i) {
-                const float *row = logits.data() + i * V;
-                const double mx = *std::max_element(row, row + V);
-                double z = 0;
-                for (int64_t k = 0; k < V; ++k) z += std::exp(row[k] - mx);
-                sum += -(row[w.tokens[i + 1]] - mx - std::log(z));
-                ++n;
-            }
-        }
-        const double expected = sum / n;
+        const double expected = inference_cross_entropy(*model, windows);
         EXPECT_NEAR(tr.evaluate(windows), expected, 2e-4 * expected);
         // a fresh random model knows nothing: about ln(n_vocab)
         EXPECT_NEAR(expected, std::log((double)V), 0.1 * std::log((double)V));
+    }
+}
+
+TEST(Train, PaddedVocabularyStaysInsideTraining) {
+    // 300 tokens: training pads the embedding and output to 304 rows for
+    // ggml's fast matmul; the trained model written out has 300 again, and
+    // its inference loss is the trainer's
+    auto model = Model::load(tiny_model("gpt2"), trainable_load_options());
+    ASSERT_EQ(model->config().n_vocab, 300);
+    auto m = TrainableModel::full(*model);
+    EXPECT_EQ(m->params().find("token_embd.weight")->value->ne[1], 304);
+    Engine engine(2);
+    TrainerOptions to;
+    to.n_ctx = 16;
+    to.seqs_per_ubatch = 2;
+    to.opt.lr = 1e-2f;
+    Trainer tr(engine, *m, to);
+    std::vector<Window> windows = random_windows(2, to.n_ctx, 300, 5);
+    std::vector<const Window *> batch{&windows[0], &windows[1]};
+    for (int i = 0; i < 3; ++i) tr.step(batch, to.opt.lr);
+    const std::string out = (scratch_dir() / "padded-vocab.gguf").string();
+    m->write(out);
+    auto trained = Model::load(out);
+    EXPECT_EQ(trained->config().n_vocab, 300);
+    const double trained_loss = tr.evaluate(windows);
+    EXPECT_NEAR(inference_cross_entropy(*trained, windows), trained_loss, 2e-4 * trained_loss);
+    EXPECT_LT(trained_loss, inference_cross_entropy(*model, windows) - 0.1);
+}
+
+TEST(Train, ProjectionLensFoldsIntoTheWrittenEmbedding) {
+    const std::string donor = tiny_model("llama");  // 280 tokens, n_embd 32
+    for (bool tied : {true, false}) {
+        SCOPED_TRACE(tied ? "tied" : "untied");
+        InitOptions o = small_f32("llama", 48, 4, 2, 64, 2);
+        o.vocab_from = donor;
+        o.tied = tied;
+        const std::string init = (scratch_dir() / (tied ? "lens-tied.init.gguf" : "lens.init.gguf")).string();
+        init_model(o, init);
+        auto model = Model::load(init, trainable_load_options());
+        auto m = TrainableModel::full(*model, donor, 3);
+        EXPECT_EQ(m->params().find("token_embd.weight"), nullptr);
+        ASSERT_NE(m->params().find("lens.proj"), nullptr);
+        EXPECT_EQ(m->params().find("lens.proj")->value->ne[0], 32);
+        Engine engine(2);
+        TrainerOptions to;
+        to.n_ctx = 16;
+        to.seqs_per_ubatch = 2;
+        to.opt.lr = 1e-2f;
+        Trainer tr(engine, *m, to);
+        std::vector<Window> windows = random_windows(2, to.n_ctx, 280, 6);
+        std::vector<const Window *> batch{&windows[0], &windows[1]};
+        const double first = tr.evaluate(windows);
+        for (int i = 0; i < 4; ++i) tr.step(batch, to.opt.lr);
+        const double trained = tr.evaluate(windows);
+        EXPECT_LT(trained, first - 0.1);
+        // written out, the lens is the embedding: the file's logits are the trainer's
+        const std::string out = (scratch_dir() / (tied ? "lens-tied.gguf" : "lens.gguf")).string();
+        m->write(out);
+        auto written = Model::load(out);
+        EXPECT_EQ(written->weights().tied_output, tied);
+        EXPECT_NEAR(inference_cross_entropy(*written, windows), trained, 2e-4 * trained);
+    }
+    // a donor with another vocabulary
+    auto model = Model::load(tiny_model("llama"), trainable_load_options());
+    try {
+        TrainableModel::full(*model, tiny_model("gpt2"));
+        ADD_FAILURE() << "no error";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("--lens-from"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
     }
 }
 

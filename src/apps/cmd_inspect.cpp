@@ -1,17 +1,22 @@
 // toy inspect FILE [--json]: describes a GGUF file without dumping its large
 // arrays: header, architecture, hyper-parameters, tokenizer summary, other
 // metadata, a tensor table and totals by type.
+// toy inspect FILE --diff OTHER: compares the tensors the two files share by
+// name, value by value (dequantized), e.g. a model trained by toy against the
+// same training done by llama-finetune, or a run against its resume.
 #include "apps/cli.h"
 #include "gguf/gguf_reader.h"
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
 
 namespace {
 
+using toy::fail;
 using toy::gguf::File;
 using toy::gguf::Value;
 using toy::gguf::ValueType;
@@ -22,6 +27,7 @@ constexpr size_t kMaxTextString = 120;
 
 struct Options {
     std::string path;
+    std::string diff;  // the other file of --diff
     bool json = false;
 };
 
@@ -292,8 +298,59 @@ int run_text(const File &f, const Summary &s) {
     return 0;
 }
 
+// Per tensor: the largest |a - b|, and ||a - b|| / ||b|| (b: the other file).
+int run_diff(const File &a, const File &b, bool as_json) {
+    json tensors = json::array();
+    double worst_rel = 0;
+    std::string worst;
+    std::vector<std::string> only_a, only_b;
+    if (!as_json) fmt::print("{:<40} {:>14} {:>14} {:>12}\n", "tensor", "max |a-b|", "|a-b|/|b|", "max |b|");
+    for (const auto &ta : a.tensors()) {
+        const auto *tb = b.find_tensor(ta.name);
+        if (!tb) {
+            only_a.push_back(ta.name);
+            continue;
+        }
+        if (ta.ne != tb->ne) {
+            fail("--diff: {} has shape {} in {} but {} in {}", ta.name, ta.shape_string(), a.path(), tb->shape_string(),
+                 b.path());
+        }
+        const auto va = toy::gguf::to_f32(a.tensor_data(ta), ta.type, ta.n_elements());
+        const auto vb = toy::gguf::to_f32(b.tensor_data(*tb), tb->type, tb->n_elements());
+        double max_abs = 0, max_b = 0, d2 = 0, b2 = 0;
+        for (size_t i = 0; i < va.size(); ++i) {
+            const double d = (double)va[i] - vb[i];
+            max_abs = std::max(max_abs, std::abs(d));
+            max_b = std::max(max_b, std::abs((double)vb[i]));
+            d2 += d * d;
+            b2 += (double)vb[i] * vb[i];
+        }
+        const double rel = b2 > 0 ? std::sqrt(d2 / b2) : (d2 > 0 ? INFINITY : 0.0);
+        if (rel >= worst_rel) worst_rel = rel, worst = ta.name;
+        if (as_json) {
+            tensors.push_back({{"name", ta.name}, {"max_abs", max_abs}, {"rel", rel}, {"max_b", max_b}});
+        } else {
+            fmt::print("{:<40} {:>14.6g} {:>14.6g} {:>12.6g}\n", ta.name, max_abs, rel, max_b);
+        }
+    }
+    for (const auto &tb : b.tensors()) {
+        if (!a.find_tensor(tb.name)) only_b.push_back(tb.name);
+    }
+    if (as_json) {
+        fmt::print("{}\n", json{{"tensors", tensors}, {"only_in_a", only_a}, {"only_in_b", only_b},
+                                {"worst_rel", worst_rel}, {"worst", worst}}
+                               .dump(2));
+        return 0;
+    }
+    for (const auto &n : only_a) fmt::print("only in {}: {}\n", a.path(), n);
+    for (const auto &n : only_b) fmt::print("only in {}: {}\n", b.path(), n);
+    fmt::print("largest relative difference: {:.6g} ({})\n", worst_rel, worst.empty() ? "no shared tensor" : worst);
+    return 0;
+}
+
 int run_inspect(const Options &opts) {
     auto f = File::open(opts.path);
+    if (!opts.diff.empty()) return run_diff(*f, *File::open(opts.diff), opts.json);
     Summary s = summarize(*f);
     return opts.json ? run_json(*f, s) : run_text(*f, s);
 }
@@ -302,6 +359,8 @@ toy::cli::Command reg("inspect", "Describe a GGUF file: metadata, tokenizer, ten
     auto opts = std::make_shared<Options>();
     app.add_option("file", opts->path, "GGUF file")->required();
     app.add_flag("--json", opts->json, "Print one JSON object instead of text");
+    app.add_option("--diff", opts->diff,
+                   "Compare the tensors shared by name with this file: largest |a-b| and |a-b|/|b| per tensor");
     return [opts] { return run_inspect(*opts); };
 });
 

@@ -7,9 +7,11 @@
 #include "apps/cli.h"
 #include "apps/init_flags.h"
 #include "core/error.h"
+#include "train/bench.h"
 #include "train/run.h"
 
 #include <csignal>
+#include <unistd.h>
 #include <filesystem>
 
 namespace fs = std::filesystem;
@@ -30,8 +32,33 @@ struct TrainFlags {
     std::string optimizer = "adamw", schedule = "cosine";
     float lr_min = 0.0f;
     bool trace = false, quiet = false;
+    int64_t bench_steps = 0;
     std::vector<CLI::Option *> run_flags;  // flags that a resumed run takes from its checkpoint
 };
+
+int run_bench(const TrainFlags &f) {
+    if (!f.io.resume.empty()) fail("--bench: measures a fresh run (no --resume)");
+    struct Cleanup {
+        std::string path;
+        ~Cleanup() {
+            if (!path.empty()) fs::remove(path);
+        }
+    } cleanup{f.from_scratch ? f.s.model : ""};
+    const train::RunSettings &s = f.s;
+    const train::BenchResult r = train::bench_training(s, f.io.n_threads, f.bench_steps);
+    const double mib = 1048576.0;
+    fmt::print("model      {} ({})\n", s.model, f.from_scratch ? "from scratch" : "fine-tune");
+    fmt::print("mode       {}, {} trainable parameters, windows of {} tokens, {} tokens per step\n", r.mode, r.n_trainable,
+               s.n_ctx, r.tokens_per_step);
+    fmt::print("data       {}\n", s.data.empty() ? "random tokens" : s.data);
+    fmt::print("speed      {:.1f} tokens/s ({:.1f} ms per step, median of {} after one untimed step)\n", r.tokens_per_s,
+               r.ms_per_step, r.steps);
+    fmt::print("compute    {:.3g} GFLOP per token -> {:.1f} GFLOP/s = {:.0f}% of this machine's F32 matmul peak ({:.1f} GFLOP/s)\n",
+               r.flops_per_token / 1e9, r.gflops, 100.0 * r.gflops / r.peak_gflops, r.peak_gflops);
+    fmt::print("memory     weights {:.1f} MiB, trainable state {:.1f} MiB (values, gradients, moments), peak RSS {:.1f} MiB\n",
+               r.weight_bytes / mib, r.state_bytes / mib, r.peak_rss / mib);
+    return 0;
+}
 
 int run_train(TrainFlags &f) {
     train::RunSettings &s = f.s;
@@ -43,8 +70,9 @@ int run_train(TrainFlags &f) {
             }
         }
     } else {
-        if (s.data.empty()) fail("-f: training data is required (a text file, or chat .jsonl)");
+        if (s.data.empty() && f.bench_steps == 0) fail("-f: training data is required (a text file, or chat .jsonl)");
         if (f.from_scratch == !s.model.empty()) fail("give exactly one of -m (fine-tune a model) or --from-scratch");
+        if (!s.lens_from.empty() && !f.from_scratch) fail("--lens-from: starts a new model (give --from-scratch)");
         if (f.lora_rank > 0) {
             if (f.from_scratch) fail("--lora-rank: a model trained from scratch is trained whole (no LoRA)");
             s.mode = train::Mode::Lora;
@@ -82,15 +110,21 @@ int run_train(TrainFlags &f) {
             InitOptions o = init_options_from(f.init);
             o.type = InitType::F32;
             o.seed = s.seed;
-            const fs::path dir = f.io.checkpoint_dir.empty() ? fs::path(f.io.output).parent_path() : fs::path(f.io.checkpoint_dir);
-            if (!dir.empty()) fs::create_directories(dir);
-            s.model = (dir / (fs::path(f.io.output).stem().string() + ".init.gguf")).string();
+            if (f.bench_steps > 0) {
+                s.model = (fs::temp_directory_path() / fmt::format("toy-bench-{}.init.gguf", getpid())).string();
+            } else {
+                const fs::path dir = f.io.checkpoint_dir.empty() ? fs::path(f.io.output).parent_path() : fs::path(f.io.checkpoint_dir);
+                if (!dir.empty()) fs::create_directories(dir);
+                s.model = (dir / (fs::path(f.io.output).stem().string() + ".init.gguf")).string();
+            }
             const InitResult r = init_model(o, s.model);
             if (!f.quiet) std::fprintf(stderr, "toy: from scratch: %s %lld parameters, initial weights in %s\n", o.arch.c_str(),
                                        (long long)r.n_params, s.model.c_str());
         }
     }
+    if (f.bench_steps > 0) return run_bench(f);
     if (f.io.output.empty() && f.io.resume.empty()) fail("-o: an output file is required");
+    if (f.io.per_head_layout && s.mode == train::Mode::Lora) fail("--per-head-layout: a LoRA run writes an adapter, not a model");
     f.io.progress = f.quiet ? nullptr : stderr;
     f.io.trace = f.trace ? stderr : nullptr;
     f.io.stop = &g_stop;
@@ -133,10 +167,14 @@ Command reg("train", "Train a model: full fine-tune, LoRA, or from scratch (Adam
     run(app.add_option("--grad-clip", s.opt.grad_clip, "clip the global gradient norm to this (default 1; 0: off)"));
     run(app.add_option("--eval-every", s.eval_every, "steps between held-out evaluations (default: at start and end only)"));
     run(app.add_option("-s,--seed", s.seed, "seed for data order, LoRA and from-scratch initialization (default 42)"));
+    run(app.add_option("--lens-from", s.lens_from,
+                       "from scratch: token embedding = this donor's frozen embedding x a trained projection (same vocabulary)"));
     run(app.add_option("--lora-rank", f->lora_rank, "train a LoRA adapter of this rank on a frozen base"));
     run(app.add_option("--lora-alpha", s.lora.alpha, "LoRA alpha: the update is scaled by alpha / rank (default 16)"));
     run(app.add_option("--lora-targets", f->lora_targets, "projections to adapt: q,k,v,o,gate,up,down or all (default q,k,v,o)"));
     run(app.add_flag("--lora-per-head", s.lora.per_head, "Q adapted per head: one rank-r A_h, B_h per head (block-diagonal)"));
+    app.add_flag("--per-head-layout", f->io.per_head_layout,
+                 "write the trained model with attn_q/k/v per head (blk.N.attn_q.head_H.weight); toy fuse converts it");
     app.add_option("-o,--output", f->io.output, "the trained model (GGUF), or with --lora-rank the adapter (GGUF)");
     app.add_option("--checkpoint-dir", f->io.checkpoint_dir, "write checkpoints here (at the end, every --checkpoint-every steps, on Ctrl-C)");
     app.add_option("--checkpoint-every", f->io.checkpoint_every, "steps between checkpoints (default: only at the end)");
@@ -147,6 +185,9 @@ Command reg("train", "Train a model: full fine-tune, LoRA, or from scratch (Adam
     app.add_option("-t,--threads", f->io.n_threads, "threads (0: all)");
     app.add_flag("--trace", f->trace, "per-block activation statistics of every training graph (stderr)");
     app.add_flag("-q,--quiet", f->quiet, "no progress lines");
+    app.add_option("--bench", f->bench_steps,
+                   "measure N optimizer steps (after one untimed): tokens/s, share of the F32 matmul peak, memory; "
+                   "-f optional (random tokens), writes nothing");
     const size_t before = app.get_options().size();
     add_init_flags(app, f->init, true);
     for (size_t i = before; i < app.get_options().size(); ++i) f->run_flags.push_back(app.get_options()[i]);

@@ -25,6 +25,8 @@ Mode parse_on_off_auto(const std::string &s, const char *flag) {
 
 void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
+    app.add_option("--lora", lora, "apply this LoRA adapter (llama.cpp's GGUF format; repeatable)");
+    app.add_option("--lora-scaled", lora_scaled, "apply this LoRA adapter with this scale (FILE SCALE; repeatable)");
     app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
     app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack copies; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (no fusing at load)");
@@ -69,10 +71,18 @@ SessionOptions ModelFlags::session_options() const {
     o.flash_attn = parse_on_off_auto<FlashAttn>(flash_attn, "-fa");
     if (n_ctx < 0) fail("-c: expected a size >= 0, found {}", n_ctx);
     o.trace = trace ? stderr : nullptr;
+    o.adapters = &loras_.terms;
     return o;
 }
 
-std::unique_ptr<Model> ModelFlags::load() const { return Model::load(model_path, load_options()); }
+std::unique_ptr<Model> ModelFlags::load() const {
+    auto model = Model::load(model_path, load_options());
+    std::vector<std::pair<std::string, float>> files;
+    for (const std::string &f : lora) files.emplace_back(f, 1.0f);
+    files.insert(files.end(), lora_scaled.begin(), lora_scaled.end());
+    loras_ = LoraSet::load(files, *model);
+    return model;
+}
 
 void print_notes(const Session &s) {
     for (const auto &n : s.notes()) std::fprintf(stderr, "toy: %s\n", n.c_str());

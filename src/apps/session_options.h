@@ -1,7 +1,9 @@
 // CLI flags shared by every command that loads a model and evaluates it
-// (-m, -c, -b, -ub, -t, -ctk, -ctv, -fa, --no-mmap, --weight-type, --trace).
+// (-m, --lora, --lora-scaled, -c, -b, -ub, -t, -ctk, -ctv, -fa, --no-mmap,
+// --weight-type, --trace).
 #pragma once
 
+#include "model/lora_adapter.h"
 #include "model/model.h"
 #include "runtime/session.h"
 
@@ -27,11 +29,19 @@ struct ModelFlags {
     std::string cache_type_v = "f16";
     std::string flash_attn = "auto";
     bool trace = false;
+    std::vector<std::string> lora;                           // --lora FILE (scale 1)
+    std::vector<std::pair<std::string, float>> lora_scaled;  // --lora-scaled FILE SCALE
 
     void add_to(CLI::App &app, bool with_trace = true);
     LoadOptions load_options() const;
+    // Sessions made with these options apply the adapters load() loaded.
     SessionOptions session_options() const;
+    // The model, and the adapters of --lora / --lora-scaled checked against
+    // it; they live as long as these flags.
     std::unique_ptr<Model> load() const;
+
+private:
+    mutable LoraSet loras_;
 };
 
 // Prints the session's notes (e.g. flash attention switched on) to stderr.

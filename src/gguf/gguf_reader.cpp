@@ -346,6 +346,18 @@ bool Value::operator==(const Value &o) const {
 
 // --------------------------------------------------------------- TensorInfo
 
+std::vector<float> to_f32(const void *src, ggml_type type, int64_t n) {
+    std::vector<float> out(n);
+    if (type == GGML_TYPE_F32) {
+        std::memcpy(out.data(), src, n * sizeof(float));
+    } else {
+        const auto *traits = ggml_get_type_traits(type);
+        if (!traits->to_float) fail("cannot convert {} to float", ggml_type_name(type));
+        traits->to_float(src, out.data(), n);
+    }
+    return out;
+}
+
 std::string TensorInfo::shape_string() const {
     std::string out = "[";
     for (int d = 0; d < n_dims; ++d) {

@@ -80,6 +80,10 @@ struct TensorInfo {
     std::string shape_string() const;       // "[576, 49152]"
 };
 
+// n values of type `type` at src, converted (dequantized) to float32.
+// Throws toy::Error for a type ggml cannot convert.
+std::vector<float> to_f32(const void *src, ggml_type type, int64_t n);
+
 class File {
 public:
     // Maps and validates the file. Throws toy::Error.

@@ -33,8 +33,14 @@ struct LoraTerm {
 };
 
 // Every term of every layer; empty lists where nothing adapts a projection.
+// Adapters loaded from files may also adapt the output projection, and the
+// token embedding: there, as in llama.cpp's files, A [r, n_vocab] is gathered
+// by token and B [r, n_embd] maps it up (the delta is added before any
+// embedding scale).
 struct Adapters {
     std::vector<std::array<std::vector<LoraTerm>, kProjCount>> layers;
+    std::vector<LoraTerm> output;
+    std::vector<LoraTerm> tok_embd;
 
     const std::vector<LoraTerm> &terms(int il, Proj p) const {
         static const std::vector<LoraTerm> none;
@@ -44,12 +50,13 @@ struct Adapters {
         if ((int)layers.size() <= il) layers.resize(il + 1);
         layers[il][(int)p].push_back(t);
     }
-    bool empty() const {
+    size_t n_terms() const {
+        size_t n = output.size() + tok_embd.size();
         for (const auto &l : layers)
-            for (const auto &v : l)
-                if (!v.empty()) return false;
-        return true;
+            for (const auto &v : l) n += v.size();
+        return n;
     }
+    bool empty() const { return n_terms() == 0; }
 };
 
 }  // namespace toy::graph

@@ -30,8 +30,11 @@ ggml_tensor *Builder::norm(ggml_tensor *x, ggml_tensor *w, ggml_tensor *b, NormK
 }
 
 ggml_tensor *Builder::add_adapters(int il, Proj p, ggml_tensor *y, ggml_tensor *x) const {
-    if (!adapters_) return y;
-    for (const LoraTerm &t : adapters_->terms(il, p)) {
+    return adapters_ ? add_terms(adapters_->terms(il, p), y, x) : y;
+}
+
+ggml_tensor *Builder::add_terms(const std::vector<LoraTerm> &terms, ggml_tensor *y, ggml_tensor *x) const {
+    for (const LoraTerm &t : terms) {
         ggml_tensor *ax = ggml_mul_mat(ctx_, t.a, x);  // [r, T] or per head [r * n_head, T]
         ggml_tensor *bax;
         if (!t.per_head) {
@@ -51,8 +54,24 @@ ggml_tensor *Builder::add_adapters(int il, Proj p, ggml_tensor *y, ggml_tensor *
 
 ggml_tensor *Builder::linear(int il, Proj p, ggml_tensor *w, ggml_tensor *x, ggml_tensor *b) const {
     ggml_tensor *y = ggml_mul_mat(ctx_, w, x);
-    if (b) y = ggml_add(ctx_, y, b);
-    return il >= 0 ? add_adapters(il, p, y, x) : y;
+    if (il >= 0) y = add_adapters(il, p, y, x);
+    return b ? ggml_add(ctx_, y, b) : y;
+}
+
+ggml_tensor *Builder::output(ggml_tensor *w, ggml_tensor *x) const {
+    ggml_tensor *y = ggml_mul_mat(ctx_, w, x);
+    return adapters_ ? add_terms(adapters_->output, y, x) : y;
+}
+
+ggml_tensor *Builder::embed(ggml_tensor *tok_embd, ggml_tensor *tokens) const {
+    ggml_tensor *x = ggml_get_rows(ctx_, tok_embd, tokens);  // [n_embd, T]
+    if (!adapters_) return x;
+    for (const LoraTerm &t : adapters_->tok_embd) {
+        // A [r, n_vocab] is a table like the embedding: B (A's row of each token)
+        ggml_tensor *d = ggml_mul_mat(ctx_, t.b, ggml_get_rows(ctx_, t.a, tokens));
+        x = ggml_add(ctx_, x, ggml_scale(ctx_, d, t.scale));
+    }
+    return x;
 }
 
 ggml_tensor *Builder::gelu(ggml_tensor *x) const {

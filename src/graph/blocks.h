@@ -41,10 +41,16 @@ public:
     // RMSNorm(x) * w, or LayerNorm(x) * w + b. x: [n, T], w, b: [n].
     ggml_tensor *norm(ggml_tensor *x, ggml_tensor *w, ggml_tensor *b, NormKind kind) const;
 
-    // y = W x (+ b) + the adapters' terms of (il, p). W: [n_in, n_out], x: [n_in, T] -> [n_out, T].
+    // y = W x + the adapters' terms of (il, p) (+ b, added last as llama.cpp
+    // does). W: [n_in, n_out], x: [n_in, T] -> [n_out, T]. il < 0: no adapters
+    // (a fused Q|K|V matrix, whose slices take theirs with add_adapters).
     ggml_tensor *linear(int il, Proj p, ggml_tensor *w, ggml_tensor *x, ggml_tensor *b = nullptr) const;
     // The adapters' terms alone (added to a fused projection's slice).
     ggml_tensor *add_adapters(int il, Proj p, ggml_tensor *y, ggml_tensor *x) const;
+    // The output projection W x with the adapters of output.weight.
+    ggml_tensor *output(ggml_tensor *w, ggml_tensor *x) const;
+    // The token embeddings' rows with the adapters of token_embd.weight.
+    ggml_tensor *embed(ggml_tensor *tok_embd, ggml_tensor *tokens) const;
 
     // Multi-head attention of q over (k, v) under `mask`, one sequence.
     //   q: [head_dim_k, n_head, n_tokens]
@@ -77,6 +83,7 @@ private:
     ggml_context *ctx_;
     const Config &c_;
     const Weights &w_;
+    ggml_tensor *add_terms(const std::vector<LoraTerm> &terms, ggml_tensor *y, ggml_tensor *x) const;
     const Adapters *adapters_;
     bool train_;
 };

@@ -173,7 +173,9 @@ ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Config &c, 
         g.rope_freqs = rope_freqs_computed;
     }
 
-    ggml_tensor *x = ggml_get_rows(ctx, w.tok_embd, g.tokens);  // [n_embd, T]
+    ggml_tensor *tok_embd = w.tok_embd;
+    if (w.lens_proj) tok_embd = named(ggml_mul_mat(ctx, w.lens_proj, w.lens_embd), "lens_embd");  // [n_embd, n_vocab]
+    ggml_tensor *x = b.embed(tok_embd, g.tokens);  // [n_embd, T]
     if (c.pos == PosKind::Learned) x = ggml_add(ctx, x, ggml_get_rows(ctx, w.pos_embd, g.pos));
     if (c.embd_scale != 1.0f) x = ggml_scale(ctx, x, c.embd_scale);
     named(x, "inp_embd");
@@ -213,9 +215,10 @@ ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Config &c, 
         ggml_build_forward_expand(gf, x);
         return g;
     }
-    ggml_tensor *logits = b.linear(-1, Proj::O, w.output, x);
+    ggml_tensor *logits = b.output(w.output ? w.output : tok_embd, x);
     if (c.logit_scale != 1.0f) logits = ggml_scale(ctx, logits, 1.0f / c.logit_scale);
     if (c.final_softcap > 0.0f) logits = b.softcap(logits, c.final_softcap);
+    if (w.vocab_pad_mask) logits = ggml_add(ctx, logits, w.vocab_pad_mask);
     g.logits = named(logits, "result_output");
     ggml_build_forward_expand(gf, g.logits);
     return g;

@@ -63,7 +63,9 @@ struct ForwardGraph {
 };
 
 // Nodes a forward graph of this model needs at most (for ggml_new_graph_custom).
-inline size_t forward_graph_size(const Config &c) { return std::max<size_t>(2048, (size_t)c.n_layer * 96 + 256); }
+inline size_t forward_graph_size(const Config &c, const Adapters *adapters = nullptr) {
+    return std::max<size_t>(2048, (size_t)c.n_layer * 96 + 256) + (adapters ? 8 * adapters->n_terms() : 0);
+}
 
 // Adds the forward pass to `gf`. Tensors are named as llama.cpp names them
 // (inp_embd, attn_norm-L, Qcur-L, ..., result_output) so traces can be diffed.

@@ -516,13 +516,36 @@ std::vector<float> llama3_factors(const InitOptions &o, int n_rot) {
     return f;
 }
 
+// What a spec (bound into w by tensor_specs) is, for the type rules.
+Kind kind_of(const TensorSpec &s, const Weights &w) {
+    auto is = [&](ggml_tensor *const &slot) { return s.slot == &slot; };
+    auto in_layer = [&](ggml_tensor *LayerWeights::*member) {
+        return s.layer >= 0 && s.slot == &(w.layers[(size_t)s.layer].*member);
+    };
+    if (is(w.tok_embd)) return Kind::TokenEmbd;
+    if (is(w.output)) return Kind::Output;
+    if (in_layer(&LayerWeights::wv) || in_layer(&LayerWeights::wqkv)) return Kind::AttnV;
+    if (in_layer(&LayerWeights::wk)) return Kind::AttnK;
+    if (in_layer(&LayerWeights::wo)) return Kind::AttnOut;
+    if (in_layer(&LayerWeights::ffn_down) || in_layer(&LayerWeights::ffn_down_exps)) return Kind::FfnDown;
+    return Kind::Other;
+}
+
+}  // namespace
+
+ggml_type storage_type(InitType type, const TensorSpec &s, const Weights &w, const Config &cfg, bool tied, ggml_type *wanted) {
+    const bool matrix = s.role == TensorRole::Embedding || s.role == TensorRole::Linear || s.role == TensorRole::Experts;
+    if (!matrix) return GGML_TYPE_F32;
+    const ggml_type want = matrix_type(type, kind_of(s, w), s.layer, cfg, tied, s.ne[0]);
+    if (wanted) *wanted = want;
+    return fallback_type(want, s.ne[0]);
+}
+
+namespace {
+
 std::vector<Plan> plan_tensors(const InitOptions &o, const Config &cfg, std::vector<std::string> &notes) {
     Weights w;
     std::vector<TensorSpec> specs = tensor_specs(cfg, &w);
-    auto is = [](const TensorSpec &s, ggml_tensor *const &slot) { return s.slot == &slot; };
-    auto in_layer = [&](const TensorSpec &s, ggml_tensor *LayerWeights::*member) {
-        return s.layer >= 0 && s.slot == &(w.layers[(size_t)s.layer].*member);
-    };
 
     const double std_linear = 0.02;
     // GPT-2's scaled init: projections that write into the residual stream.
@@ -530,7 +553,8 @@ std::vector<Plan> plan_tensors(const InitOptions &o, const Config &cfg, std::vec
     std::map<std::string, int> fallbacks;
     std::vector<Plan> plans;
     for (const TensorSpec &s : specs) {
-        const bool output = is(s, w.output);
+        const Kind kind = kind_of(s, w);
+        const bool output = kind == Kind::Output;
         if (!s.required) {
             const bool wanted = (output && !o.tied) || (s.role == TensorRole::RopeFactors && o.rope_llama3_factor > 0);
             if (!wanted) continue;
@@ -539,14 +563,6 @@ std::vector<Plan> plan_tensors(const InitOptions &o, const Config &cfg, std::vec
         p.name = s.name;
         p.n_dims = (int)s.ne.size();
         for (size_t d = 0; d < s.ne.size() && d < 4; ++d) p.ne[d] = s.ne[d];
-
-        Kind kind = Kind::Other;
-        if (is(s, w.tok_embd)) kind = Kind::TokenEmbd;
-        else if (output) kind = Kind::Output;
-        else if (in_layer(s, &LayerWeights::wv) || in_layer(s, &LayerWeights::wqkv)) kind = Kind::AttnV;
-        else if (in_layer(s, &LayerWeights::wk)) kind = Kind::AttnK;
-        else if (in_layer(s, &LayerWeights::wo)) kind = Kind::AttnOut;
-        else if (in_layer(s, &LayerWeights::ffn_down) || in_layer(s, &LayerWeights::ffn_down_exps)) kind = Kind::FfnDown;
 
         switch (s.role) {
             case TensorRole::Norm:
@@ -575,8 +591,8 @@ std::vector<Plan> plan_tensors(const InitOptions &o, const Config &cfg, std::vec
             case TensorRole::Experts: {
                 const bool residual = kind == Kind::AttnOut || kind == Kind::FfnDown;
                 p.scale = (float)(residual ? std_residual : std_linear);
-                const ggml_type want = matrix_type(o.type, kind, s.layer, cfg, o.tied, s.ne[0]);
-                p.type = fallback_type(want, s.ne[0]);
+                ggml_type want;
+                p.type = storage_type(o.type, s, w, cfg, o.tied, &want);
                 if (p.type != want) {
                     fallbacks[fmt::format("use {} instead of {}: rows of {} are not a multiple of {}",
                                           ggml_type_name(p.type), ggml_type_name(want), s.ne[0],

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "model/config.h"
+#include "model/weights.h"
 
 #include <ggml.h>
 
@@ -30,6 +31,13 @@ InitType parse_init_type(const std::string &name);  // "q4_k_m" -> Q4_K_M; throw
 const char *init_type_name(InitType t);             // "q4_k_m"
 std::vector<std::string> init_type_names();
 int init_file_type(InitType t);                     // general.file_type (llama.cpp's LLAMA_FTYPE_*)
+
+// The type a tensor is stored in for `type` (llama.cpp's mix for Q4_K_M and
+// its fallback for rows that are not a multiple of the block; F32 for all
+// but embeddings and matrices). s is bound into w by tensor_specs(cfg, &w);
+// *wanted (optional) receives the type before the fallback.
+ggml_type storage_type(InitType type, const TensorSpec &s, const Weights &w, const Config &cfg, bool tied,
+                       ggml_type *wanted = nullptr);
 
 struct InitOptions {
     std::string arch = "llama";

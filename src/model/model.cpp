@@ -67,18 +67,6 @@ std::vector<const gguf::TensorInfo *> find_heads(const gguf::File &f, const std:
     return heads;
 }
 
-std::vector<float> to_f32(const void *src, ggml_type type, int64_t n) {
-    std::vector<float> out(n);
-    if (type == GGML_TYPE_F32) {
-        std::memcpy(out.data(), src, n * sizeof(float));
-    } else {
-        const auto *traits = ggml_get_type_traits(type);
-        if (!traits->to_float) fail("cannot convert {} to float", ggml_type_name(type));
-        traits->to_float(src, out.data(), n);
-    }
-    return out;
-}
-
 // The CPU backend's extra buffer types (AMX, repack, ...) in its order of
 // preference; empty when this build has none. (AMX works only because
 // cmake/amx_tile_config.h fixes a GCC miscompilation of ggml's tile kernel.)
@@ -203,7 +191,7 @@ std::vector<uint8_t> Model::Source::joined() const {
 static std::vector<uint8_t> convert_source(const Model::Source &src, ggml_type type, const int64_t *ne, int64_t n) {
     std::vector<uint8_t> bytes = src.joined();
     if (type == src.type) return bytes;
-    std::vector<float> f32 = to_f32(bytes.data(), src.type, n);
+    std::vector<float> f32 = gguf::to_f32(bytes.data(), src.type, n);
     std::vector<uint8_t> q(ggml_row_size(type, ne[0]) * (n / ne[0]));
     ggml_quantize_chunk(type, f32.data(), q.data(), 0, n / ne[0], ne[0], nullptr);
     return q;
@@ -408,6 +396,20 @@ bool Model::has_weight(const std::string &name) const {
     return stored_.count(name) > 0 || (name == "output.weight" && w_.tied_output);
 }
 
+std::vector<uint8_t> Model::read_weight_bytes(const std::string &name, ggml_type *type) const {
+    auto it = stored_.find(name == "output.weight" && w_.tied_output ? "token_embd.weight" : name);
+    if (it == stored_.end()) fail("{}: no weight named '{}'", path(), name);
+    const Stored &s = it->second;
+    *type = s.type;
+    return convert_source(s.src, s.type, s.ne.data(), s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3]);
+}
+
+std::array<int64_t, 4> Model::weight_shape(const std::string &name) const {
+    auto it = stored_.find(name == "output.weight" && w_.tied_output ? "token_embd.weight" : name);
+    if (it == stored_.end()) fail("{}: no weight named '{}'", path(), name);
+    return it->second.ne;
+}
+
 ggml_type Model::file_type(const std::string &name) const {
     auto it = stored_.find(name == "output.weight" && w_.tied_output ? "token_embd.weight" : name);
     if (it == stored_.end()) fail("{}: no weight named '{}'", path(), name);
@@ -421,7 +423,7 @@ std::vector<float> Model::read_weight(const std::string &name, std::array<int64_
     const int64_t n = s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3];
     std::vector<uint8_t> raw = convert_source(s.src, s.type, s.ne.data(), n);
     if (ne) *ne = s.ne;
-    return to_f32(raw.data(), s.type, n);
+    return gguf::to_f32(raw.data(), s.type, n);
 }
 
 std::vector<const ggml_tensor *> Model::bound_tensors() const {

@@ -66,7 +66,11 @@ public:
     // Any weight of the file, by GGUF name, as float32 on the host, with the
     // values the engine computes with (dequantized; requantized when asked).
     std::vector<float> read_weight(const std::string &name, std::array<int64_t, 4> *ne = nullptr) const;
+    // The same weight's bytes in the type the model holds it in (*type).
+    std::vector<uint8_t> read_weight_bytes(const std::string &name, ggml_type *type) const;
     bool has_weight(const std::string &name) const;
+    // The shape of a weight (ggml order) by GGUF name; throws when absent.
+    std::array<int64_t, 4> weight_shape(const std::string &name) const;
     // The type a weight has in the file (for a per-head one, its heads' type).
     ggml_type file_type(const std::string &name) const;
     // The tensors the graph uses (fused ones under their own names, e.g.

@@ -35,6 +35,15 @@ struct Weights {
     ggml_tensor *rope_freqs = nullptr; // [n_rot/2] Llama-3 frequency factors
     std::vector<LayerWeights> layers;
     bool tied_output = false;          // the file has no output.weight: the projection is the embedding
+    // Training only: when the vocabulary is padded (tok_embd and output then
+    // have n_vocab_padded rows, the extra ones zero), -1e30 on the padded
+    // rows of the logits and 0 elsewhere, so they take no probability.
+    ggml_tensor *vocab_pad_mask = nullptr;
+    // Training with a projection lens (toy train --lens-from): no tok_embd;
+    // the embedding is a donor's frozen one [d_donor, n_vocab] times a
+    // trainable projection [d_donor, n_embd], computed in the graph (and used
+    // as the output projection too when it is tied).
+    ggml_tensor *lens_embd = nullptr, *lens_proj = nullptr;
 };
 
 // What a tensor is, for initialization and requantization decisions.

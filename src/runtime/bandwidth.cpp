@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <ggml-alloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -154,6 +156,36 @@ DecodeBytes decode_bytes_per_token(const Model &model, int64_t n_ctx_tokens, ggm
         b.kv += (size_t)cells * (ggml_row_size(type_k, c.n_embd_k_gqa()) + ggml_row_size(type_v, c.n_embd_v_gqa()));
     }
     return b;
+}
+
+double measure_f32_matmul_gflops(const Engine &engine, int64_t n, int runs) {
+    ggml_init_params ip{3 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    ggml_tensor *a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, n);
+    ggml_tensor *b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, n);
+    ggml_tensor *c = ggml_mul_mat(ctx, a, b);
+    ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, c);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, engine.backend());
+    if (!buf) {
+        ggml_free(ctx);
+        fail("matmul probe: could not allocate {} MiB", 3 * n * n * 4 >> 20);
+    }
+    std::vector<float> v((size_t)(n * n));
+    uint32_t x = 12345;
+    for (float &f : v) f = (float)((x = x * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    ggml_backend_tensor_set(a, v.data(), 0, ggml_nbytes(a));
+    ggml_backend_tensor_set(b, v.data(), 0, ggml_nbytes(b));
+    double best = 0;
+    for (int r = 0; r <= std::max(1, runs); ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        ggml_backend_graph_compute(engine.backend(), gf);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r > 0) best = std::max(best, 2.0 * (double)n * n * n / s / 1e9);  // run 0 warms up
+    }
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    return best;
 }
 
 }  // namespace toy

@@ -1,10 +1,12 @@
 // Roofline helpers for `toy bench --roofline`: how fast this machine streams
-// memory, and how many bytes one decode step must read. A decode step is
+// memory, and how many bytes one decode step must read; and for
+// `toy train --bench`, how fast it multiplies F32 matrices. A decode step is
 // bandwidth-bound: every weight it multiplies by is read once per token, so
 // tokens/s can never exceed bandwidth / bytes-per-token.
 #pragma once
 
 #include "model/model.h"
+#include "runtime/engine.h"
 
 #include <ggml.h>
 
@@ -40,5 +42,10 @@ struct DecodeBytes {
 // it, then all of it; MoE expert tensors count n_expert_used / n_expert; plus
 // n_ctx_tokens cells of K and V per layer (sliding-window layers at most n_swa).
 DecodeBytes decode_bytes_per_token(const Model &model, int64_t n_ctx_tokens, ggml_type type_k, ggml_type type_v);
+
+// The compute roof of training: GFLOP/s of one n x n x n F32 ggml_mul_mat on
+// the engine's backend and threads (the kernel training's matmuls use), best
+// of `runs` after a warm-up.
+double measure_f32_matmul_gflops(const Engine &engine, int64_t n = 1024, int runs = 5);
 
 }  // namespace toy

@@ -16,7 +16,7 @@ std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> to
     const Config &c = model.config();
     const int64_t T = (int64_t)tokens.size();
     check_tokens(model, tokens, 0);
-    const size_t graph_size = graph::forward_graph_size(c);
+    const size_t graph_size = graph::forward_graph_size(c, adapters);
     ggml_init_params ip{ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false), nullptr,
                         true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> ctx(ggml_init(ip), ggml_free);

@@ -71,7 +71,7 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
     if (!kv_buf_) fail("could not allocate the KV cache ({} cells)", n_ctx_);
     ggml_backend_buffer_clear(kv_buf_, 0);
 
-    graph_size_ = graph::forward_graph_size(c);
+    graph_size_ = graph::forward_graph_size(c, opts_.adapters);
     sched_ = engine_->make_scheduler(graph_size_);
     if (opts.trace) {
         trace_.out = opts.trace;
@@ -128,6 +128,7 @@ void Session::build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs) {
     p.n_outputs = n_outputs;
     p.flash_attn = flash_attn_;
     p.kv = &kv_;
+    p.adapters = opts_.adapters;
     g_ = graph::build_forward(graph_ctx_, gf_, model_, p);
     inputs_.place(engine_->buffer_type(), g_.inputs());
     if (!ggml_backend_sched_alloc_graph(sched_, gf_)) fail("could not allocate the compute graph ({} tokens)", n_tokens);

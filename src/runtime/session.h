@@ -31,6 +31,7 @@ struct SessionOptions {
     ggml_type type_v = GGML_TYPE_F16;
     FlashAttn flash_attn = FlashAttn::Auto;
     FILE *trace = nullptr;    // non-null: per-graph activation statistics go here
+    const graph::Adapters *adapters = nullptr;  // LoRA terms applied in every graph (kept alive by the caller)
 };
 
 struct KvStats {

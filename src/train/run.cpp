@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "model/export.h"
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
@@ -91,6 +92,7 @@ nlohmann::json RunSettings::to_json() const {
             {"separator", separator},
             {"chat_template", chat_template},
             {"mode", mode_name(mode)},
+            {"lens_from", lens_from},
             {"lora", {{"rank", lora.rank}, {"alpha", lora.alpha}, {"targets", targets}, {"per_head", lora.per_head}, {"seed", lora.seed}}},
             {"n_ctx", n_ctx},
             {"n_batch", n_batch},
@@ -122,6 +124,7 @@ RunSettings RunSettings::from_json(const nlohmann::json &j) {
         s.separator = j.at("separator");
         s.chat_template = j.at("chat_template");
         s.mode = enum_from<Mode>(j.at("mode"), {{"full", Mode::Full}, {"lora", Mode::Lora}}, "mode");
+        s.lens_from = j.at("lens_from");
         const auto &l = j.at("lora");
         s.lora.rank = l.at("rank");
         s.lora.alpha = l.at("alpha");
@@ -159,6 +162,29 @@ RunSettings RunSettings::from_json(const nlohmann::json &j) {
     }
 }
 
+Trainable load_trainable(const RunSettings &s) {
+    Trainable t;
+    t.model = Model::load(s.model, trainable_load_options());
+    check_trainable(t.model->config());
+    t.tm = s.mode == Mode::Full ? TrainableModel::full(*t.model, s.lens_from, s.seed) : TrainableModel::lora(*t.model, s.lora);
+    return t;
+}
+
+TrainerOptions trainer_options(const RunSettings &s) {
+    const int64_t n_batch = s.n_batch > 0 ? s.n_batch : s.n_ctx;
+    const int64_t n_ubatch = s.n_ubatch > 0 ? std::min(s.n_ubatch, n_batch) : n_batch;
+    if (s.n_ctx < 1) fail("-c: expected a positive window length, found {}", s.n_ctx);
+    if (n_batch % s.n_ctx != 0 || n_ubatch % s.n_ctx != 0 || n_batch % n_ubatch != 0) {
+        fail("-b {} / -ub {}: expected multiples of -c {} with -ub dividing -b", n_batch, n_ubatch, s.n_ctx);
+    }
+    TrainerOptions to;
+    to.n_ctx = s.n_ctx;
+    to.seqs_per_ubatch = n_ubatch / s.n_ctx;
+    to.ubatches = n_batch / n_ubatch;
+    to.opt = s.opt;
+    return to;
+}
+
 RunResult run_training(RunSettings s, const RunIo &io) {
     using clock = std::chrono::steady_clock;
     const auto t_start = clock::now();
@@ -178,9 +204,8 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     if (!resume.empty()) s = RunSettings::from_json(checkpoint_settings(resume));
 
     // 2. The model, its tokenizer and the data.
-    auto model = Model::load(s.model, trainable_load_options());
-    const Config &c = model->config();
-    check_trainable(c);
+    Trainable t = load_trainable(s);
+    Model *model = t.model.get();
     const text::Vocab vocab = text::Vocab::load(model->file());
     std::unique_ptr<text::ChatTemplate> chat;
     auto needs_chat = [](const std::string &p) { return p.ends_with(".jsonl"); };
@@ -197,20 +222,11 @@ RunResult run_training(RunSettings s, const RunIo &io) {
         val = train.split_tail(s.val_split);
     }
 
-    // 3. What is trained, and the step's shape.
-    std::unique_ptr<TrainableModel> tm =
-        s.mode == Mode::Full ? TrainableModel::full(*model) : TrainableModel::lora(*model, s.lora);
-    const int64_t n_batch = s.n_batch > 0 ? s.n_batch : s.n_ctx;
-    const int64_t n_ubatch = s.n_ubatch > 0 ? std::min(s.n_ubatch, n_batch) : n_batch;
-    if (n_batch % s.n_ctx != 0 || n_ubatch % s.n_ctx != 0 || n_batch % n_ubatch != 0) {
-        fail("-b {} / -ub {}: expected multiples of -c {} with -ub dividing -b", n_batch, n_ubatch, s.n_ctx);
-    }
-    TrainerOptions to;
-    to.n_ctx = s.n_ctx;
-    to.seqs_per_ubatch = n_ubatch / s.n_ctx;
-    to.ubatches = n_batch / n_ubatch;
-    to.opt = s.opt;
+    // 3. The step's shape.
+    TrainableModel *tm = t.tm.get();
+    TrainerOptions to = trainer_options(s);
     to.trace = io.trace;
+    const int64_t n_batch = to.seqs_per_ubatch * to.ubatches * s.n_ctx;
     const int64_t per_step = to.seqs_per_ubatch * to.ubatches;
     const int64_t n_windows = (int64_t)train.windows.size();
     const int64_t steps_per_epoch = n_windows / per_step;
@@ -320,7 +336,22 @@ RunResult run_training(RunSettings s, const RunIo &io) {
                         res.checkpoint.empty() ? " (no --checkpoint-dir: nothing saved)"
                                                : fmt::format("; resume with --resume {}", io.checkpoint_dir)));
     } else if (!io.output.empty()) {
-        tm->write(io.output);
+        if (io.per_head_layout && s.mode == Mode::Full) {
+            // written in the standard layout, then split by the exporter
+            const std::string standard = io.output + ".standard.tmp";
+            tm->write(standard);
+            ExportOptions eo;
+            eo.per_head_layout = true;
+            try {
+                export_model(*Model::load(standard, trainable_load_options()), LoraSet{}, io.output, eo);
+            } catch (...) {
+                fs::remove(standard);
+                throw;
+            }
+            fs::remove(standard);
+        } else {
+            tm->write(io.output);
+        }
         say(fmt::format("wrote {} ({})", io.output, s.mode == Mode::Full ? "model" : "LoRA adapter"));
     }
     if (!io.plot_svg.empty()) write_loss_plot(io.plot_svg, st.train_loss, st.val_steps, st.val_loss, fs::path(s.data).filename().string());
@@ -331,7 +362,8 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     return res;
 }
 
-double held_out_loss(const std::string &model_path, const std::string &data, int64_t n_ctx, int n_threads) {
+double held_out_loss(const std::string &model_path, const std::string &data, int64_t n_ctx, int n_threads,
+                     int64_t *n_targets) {
     auto model = Model::load(model_path, trainable_load_options());
     const text::Vocab vocab = text::Vocab::load(model->file());
     Dataset d = load_dataset(data, vocab, nullptr, n_ctx);
@@ -341,6 +373,10 @@ double held_out_loss(const std::string &model_path, const std::string &data, int
     to.n_ctx = n_ctx;
     to.seqs_per_ubatch = std::min<int64_t>(8, (int64_t)d.windows.size());
     Trainer tr(engine, *tm, to);
+    if (n_targets) {
+        *n_targets = 0;
+        for (const Window &w : d.windows) *n_targets += w.n_targets;
+    }
     return tr.evaluate(d.windows);
 }
 

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct RunSettings {
     std::string separator = "<|endoftext|>";
     std::string chat_template;     // a built-in name, or empty for the model's own
     Mode mode = Mode::Full;
+    std::string lens_from;         // a donor GGUF: projection lens on its embedding (from scratch)
     LoraOptions lora;
     int64_t n_ctx = 128;           // -c: tokens per window
     int64_t n_batch = 0;           // -b: tokens per optimizer step (0: n_ctx)
@@ -45,6 +47,7 @@ struct RunSettings {
 
 struct RunIo {
     std::string output;            // the trained model or adapter
+    bool per_head_layout = false;  // a trained model with attn_q/k/v per head (model/export.h)
     std::string checkpoint_dir;    // empty: no checkpoints
     int64_t checkpoint_every = 0;  // steps; 0: only at the end and on a signal
     int keep_checkpoints = 3;
@@ -69,8 +72,19 @@ struct RunResult {
 
 RunResult run_training(RunSettings s, const RunIo &io);
 
+// The model of a run, loaded for training, and its trainable part (whole, or LoRA adapters).
+struct Trainable {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<TrainableModel> tm;
+};
+Trainable load_trainable(const RunSettings &s);
+
+// The trainer's shape from -c, -b, -ub (checked) and the optimizer settings.
+TrainerOptions trainer_options(const RunSettings &s);
+
 // Mean next-token loss of `model` on the windows of a data file, as the trainer computes it.
-double held_out_loss(const std::string &model, const std::string &data, int64_t n_ctx, int n_threads);
+double held_out_loss(const std::string &model, const std::string &data, int64_t n_ctx, int n_threads,
+                     int64_t *n_targets = nullptr);
 
 // The loss plot: training loss per step and held-out loss per evaluation.
 void write_loss_plot(const std::string &path, const std::vector<float> &train, const std::vector<int64_t> &val_steps,

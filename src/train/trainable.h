@@ -42,7 +42,10 @@ void check_trainable(const Config &c);
 
 class TrainableModel {
 public:
-    static std::unique_ptr<TrainableModel> full(const Model &base);
+    // lens_from: a donor GGUF with the same vocabulary; the token embedding
+    // becomes its frozen embedding times a trainable projection (the
+    // original system's warm start), folded into token_embd by write().
+    static std::unique_ptr<TrainableModel> full(const Model &base, const std::string &lens_from = "", uint64_t seed = 42);
     static std::unique_ptr<TrainableModel> lora(const Model &base, const LoraOptions &o);
     // Nothing trainable: the base as it is, for evaluating held-out loss.
     static std::unique_ptr<TrainableModel> frozen(const Model &base);
@@ -58,9 +61,22 @@ public:
 
     // Full: a GGUF of the trained model (the base's metadata, F32 weights,
     // per-head checkpoints written in the standard fused layout).
-    // LoRA: an adapter in llama.cpp's format (per-head terms as the
-    // equivalent standard adapter with block-diagonal B). Atomic.
+    // LoRA: an adapter in llama.cpp's format (per-head terms, and the Q, K, V
+    // terms of a fused attn_qkv matrix, as the equivalent standard pair with
+    // block-diagonal B). Atomic.
     void write(const std::string &path) const;
+
+    // The adapter file's pairs: A [n_in, rank], B [rank, n_out] (ggml order),
+    // scaled so that llama.cpp's alpha / rank gives each term its own scale.
+    struct ExportPair {
+        std::string target;  // the base tensor, e.g. blk.0.attn_qkv.weight
+        int64_t n_in = 0, n_out = 0, rank = 0;
+        std::vector<float> a, b;
+    };
+    std::vector<ExportPair> export_pairs() const;
+    // With a lens: its donor, and the token embedding it makes [n_vocab rows of n_embd].
+    const std::string &lens_from() const { return lens_from_; }
+    std::vector<float> lens_embedding() const;
 
 private:
     TrainableModel(const Model &base, Mode mode) : base_(base), mode_(mode) {}
@@ -70,6 +86,7 @@ private:
     Weights w_;
     graph::Adapters adapters_;
     LoraOptions lora_;
+    std::string lens_from_;
 };
 
 }  // namespace toy::train

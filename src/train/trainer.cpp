@@ -85,7 +85,7 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
     p.adapters = model_.adapters();
     lg.g = graph::build_forward(lg.ctx, lg.gf, c, model_.weights(), p);
 
-    lg.labels = ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, c.n_vocab, N);
+    lg.labels = ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, lg.g.logits->ne[0], N);  // the vocabulary, padded or not
     ggml_set_input(graph::named(lg.labels, "train_labels"));
     lg.row_mask = ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, 1, N);
     ggml_set_input(graph::named(lg.row_mask, "train_row_mask"));
@@ -145,7 +145,7 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
                 fail("token id {} is out of range: the vocabulary has {} tokens", target, c.n_vocab);
             }
             mask[row] = 1.0f;
-            lg.hot.push_back((size_t)row * c.n_vocab + target);
+            lg.hot.push_back((size_t)(row * lg.labels->ne[0] + target));
         }
     }
     for (int32_t t : tokens) {
