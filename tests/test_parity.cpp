@@ -24,7 +24,8 @@ void PrintTo(const Fixture &f, std::ostream *os) { *os << f.dir << "/" << f.name
 
 std::vector<Fixture> all_fixtures() {
     std::vector<Fixture> out;
-    for (const auto &e : std::filesystem::directory_iterator(test::shared_path("fixtures"))) {
+    std::error_code ec;  // no ../shared: no fixture cases (the test listing must not abort)
+    for (const auto &e : std::filesystem::directory_iterator(test::shared_path("fixtures"), ec)) {
         if (e.path().extension() == ".json") out.push_back({e.path().stem().string(), "fixtures"});
     }
     std::sort(out.begin(), out.end(), [](auto &a, auto &b) { return a.name < b.name; });
