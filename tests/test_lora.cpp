@@ -8,6 +8,7 @@
 #include "test_util.h"
 #include "train/trainable.h"
 
+#include <ggml.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -99,6 +100,40 @@ TEST(Lora, ScalesAddUp) {
                   .d_max,
               1e-5);
     EXPECT_EQ(eval_sequence(*model, tokens, 2, &none.terms), eval_sequence(*model, tokens, 2));
+}
+
+// llama.cpp's converter (convert_lora_to_gguf.py --outtype f16|bf16|q8_0)
+// writes the same tensors in other types; q8_0 only where a row is a whole
+// number of blocks, F16 elsewhere. Those files load and give the F32
+// adapter's logits within the fixtures' F16 tolerance.
+TEST(Lora, AdaptersInTheConvertersTypesLoad) {
+    TrainedLora t = trained_lora("llama", "all", false, "types");
+    auto model = Model::load(tiny_model("llama"));
+    const int64_t V = model->config().n_vocab;
+    const std::vector<int32_t> tokens = some_tokens(V, 10, 6);
+    LoraSet f32 = LoraSet::load({{t.path, 1.0f}}, *model);
+    const std::vector<float> want = eval_sequence(*model, tokens, 2, &f32.terms);
+    auto src = gguf::File::open(t.path);
+    for (ggml_type type : {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0}) {
+        SCOPED_TRACE(ggml_type_name(type));
+        gguf::Writer w;
+        w.copy_metadata(*src);
+        std::vector<std::vector<uint8_t>> bytes;
+        for (const gguf::TensorInfo &ti : src->tensors()) {
+            ggml_type tt = type;
+            if (ti.ne[0] % ggml_blck_size(tt) != 0) tt = GGML_TYPE_F16;
+            const std::vector<float> v = gguf::to_f32(src->tensor_data(ti), ti.type, ti.n_elements());
+            bytes.emplace_back(ggml_row_size(tt, ti.ne[0]) * (size_t)(ti.n_elements() / ti.ne[0]));
+            ggml_quantize_chunk(tt, v.data(), bytes.back().data(), 0, ti.n_elements() / ti.ne[0], ti.ne[0], nullptr);
+            w.add_tensor(ti.name, tt, ti.ne, ti.n_dims, bytes.back().data());
+        }
+        const std::string path = (scratch_dir() / (std::string("types-") + ggml_type_name(type) + ".gguf")).string();
+        w.write(path);
+        LoraSet set = LoraSet::load({{path, 1.0f}}, *model);
+        const test::RowStats d = test::compare_rows(eval_sequence(*model, tokens, 2, &set.terms), want, V);
+        EXPECT_LE(d.d_max, 2e-2);
+        EXPECT_GT(d.d_max, 0.0);  // the adapter's own values were used, not a converted copy of the F32 file
+    }
 }
 
 TEST(Lora, AdapterThatDoesNotFitIsOneLineError) {
