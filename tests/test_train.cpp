@@ -569,3 +569,42 @@ TEST(TrainOps, TransposeMatchesElementwiseForEveryShape) {
         ggml_free(ctx);
     }
 }
+
+TEST(TrainOps, OutProductMatchesGgmlForEveryShape) {
+    struct Shape {
+        int n, m, k, planes_a, planes_b;
+        bool b_transposed;
+    };
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (const Shape &s : {Shape{1, 1, 1, 1, 1, false}, Shape{16, 6, 8, 1, 1, false}, Shape{64, 12, 256, 1, 1, true},
+                           Shape{65, 7, 300, 1, 1, false}, Shape{172, 64, 128, 1, 1, true}, Shape{33, 50, 17, 2, 4, false},
+                           Shape{8, 3, 513, 3, 3, true}, Shape{100, 49, 5, 1, 2, true}}) {
+        SCOPED_TRACE(fmt::format("n {} m {} k {} planes {}/{}{}", s.n, s.m, s.k, s.planes_a, s.planes_b,
+                                 s.b_transposed ? " b transposed" : ""));
+        ggml_init_params ip{(size_t)(s.n + s.m + s.n * s.m) * s.k * 4 * s.planes_b * 3 + 16 * ggml_tensor_overhead() +
+                                ggml_graph_overhead() + 4096,
+                            nullptr, false};
+        ggml_context *ctx = ggml_init(ip);
+        ggml_tensor *a = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s.n, s.k, s.planes_a);
+        // b [m, k] per plane: as it is, or the transposed view of a [k, m] tensor (the input gradient's case)
+        ggml_tensor *bsrc = s.b_transposed ? ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s.k, s.m, s.planes_b)
+                                           : ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s.m, s.k, s.planes_b);
+        for (ggml_tensor *t : {a, bsrc})
+            for (int64_t i = 0; i < ggml_nelements(t); ++i) ((float *)t->data)[i] = u(rng);
+        ggml_tensor *b = s.b_transposed ? ggml_transpose(ctx, bsrc) : bsrc;
+        if (!graph::out_prod_f32_supported(a, b)) GTEST_SKIP() << "no AVX-512 or AVX2+FMA: ggml's out_prod is used";
+        ggml_tensor *ours = graph::out_prod_f32(ctx, a, b);
+        ggml_tensor *ref = ggml_out_prod(ctx, a, b);
+        ggml_cgraph *gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, ours);
+        ggml_build_forward_expand(gf, ref);
+        ggml_graph_compute_with_ctx(ctx, gf, 2);
+        ASSERT_TRUE(ggml_are_same_shape(ours, ref));
+        for (int64_t i = 0; i < ggml_nelements(ref); ++i) {
+            const float want = ((float *)ref->data)[i];
+            ASSERT_NEAR(((float *)ours->data)[i], want, 1e-5f * (1.0f + std::sqrt((float)s.k))) << "element " << i;
+        }
+        ggml_free(ctx);
+    }
+}

@@ -10,15 +10,25 @@ namespace {
 // Same batch dimensions (2 and 3): out_prod's broadcasting has no matmul equivalent here.
 bool same_batches(const ggml_tensor *a, const ggml_tensor *b) { return a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3]; }
 
-// Turns the out_prod node `t` = a b^T (a: [n, K], b: [m, K] -> [n, m], per
-// batch) into mul_mat(a^T, b^T) with both operands contiguous [K, n] and [K, m].
+// Replaces ggml's out_prod nodes `t` = a b^T (a: [n, K], b: [m, K] -> [n, m],
+// per batch), whose generic kernel is slow: by toy's out_prod_f32 where a is
+// F32 (`replacement` then maps t to the new node), otherwise (a frozen F16 or
+// quantized weight) by mul_mat(a^T, b^T) on contiguous transposed copies, in
+// place.
 class OutProdRewriter {
 public:
     explicit OutProdRewriter(ggml_context *ctx) : ctx_(ctx) {}
 
+    std::unordered_map<ggml_tensor *, ggml_tensor *> replacement;
+
     bool rewrite(ggml_tensor *t) {
+        if (t->op != GGML_OP_OUT_PROD) return false;
         ggml_tensor *a = t->src[0], *b = t->src[1];
-        if (t->op != GGML_OP_OUT_PROD || !same_batches(t, a) || !same_batches(t, b)) return false;
+        if (out_prod_f32_supported(a, b)) {
+            replacement[t] = out_prod_f32(ctx_, a, b);
+            return true;
+        }
+        if (!same_batches(t, a) || !same_batches(t, b)) return false;
         if (b->type != GGML_TYPE_F32) return false;
         if (a->type != GGML_TYPE_F32 && !(ggml_is_contiguous(a) && ggml_get_type_traits(a->type)->to_float)) return false;
         t->op = GGML_OP_MUL_MAT;
@@ -59,12 +69,22 @@ ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *los
 
     OutProdRewriter rw(ctx);
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) rw.rewrite(ggml_graph_node(gf, i));
+    const auto replaced = [&](ggml_tensor *t) {
+        auto it = rw.replacement.find(t);
+        return it == rw.replacement.end() ? t : it->second;
+    };
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor *node = ggml_graph_node(gf, i);
+        for (ggml_tensor *&src : node->src)
+            if (src) src = replaced(src);
+        if (node->view_src) node->view_src = replaced(node->view_src);
+    }
 
-    // the rewritten products read new nodes (the transposed copies): a fresh
-    // graph built from the loss and the final gradients orders them first
+    // the rewritten products read new nodes: a fresh graph built from the
+    // loss and the final gradients orders them first
     std::vector<ggml_tensor *> grads;
     for (const auto &[param, acc] : accumulators) {
-        if (ggml_tensor *g = ggml_graph_get_grad(gf, param)) grads.push_back(g);
+        if (ggml_tensor *g = ggml_graph_get_grad(gf, param)) grads.push_back(replaced(g));
     }
     ggml_cgraph *gb = ggml_new_graph_custom(ctx, graph_size, false);
     ggml_build_forward_expand(gb, loss);

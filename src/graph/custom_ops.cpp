@@ -1,8 +1,10 @@
 #include "graph/custom_ops.h"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -68,6 +70,145 @@ void transpose_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     }
 }
 
+// ---- out_prod: dst[i, j] = sum_k a[i, k] b[j, k] ----
+//
+// The products of training's backward pass: a weight's gradient (x dy^T, the
+// sum running over the tokens) and an input's (W dy, over the outputs). a's
+// rows i are contiguous, so the kernel keeps a block of i in vector registers
+// and broadcasts b's scalars: C += a[:, k] * b[j, k], an outer product per k.
+// No horizontal sums (the cost of a dot-product kernel when k is a short
+// token count) and no transposed copies of a or b.
+#if defined(__AVX512F__)
+struct Simd {
+    using V = __m512;
+    static constexpr int kWidth = 16, kRowVecs = 4, kCols = 6;  // 24 accumulators of 32 registers
+    static V zero() { return _mm512_setzero_ps(); }
+    static V set1(float x) { return _mm512_set1_ps(x); }
+    static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static V load(const float *p, int n) {
+        return n == kWidth ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+    }
+    static void store(float *p, V v, int n) {
+        if (n == kWidth) {
+            _mm512_storeu_ps(p, v);
+        } else {
+            _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), v);
+        }
+    }
+};
+#elif defined(__AVX2__) && defined(__FMA__)
+struct Simd {
+    using V = __m256;
+    static constexpr int kWidth = 8, kRowVecs = 2, kCols = 6;  // 12 accumulators of 16 registers
+    static V zero() { return _mm256_setzero_ps(); }
+    static V set1(float x) { return _mm256_set1_ps(x); }
+    static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static __m256i mask(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+    static V load(const float *p, int n) { return n == kWidth ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask(n)); }
+    static void store(float *p, V v, int n) {
+        if (n == kWidth) {
+            _mm256_storeu_ps(p, v);
+        } else {
+            _mm256_maskstore_ps(p, mask(n), v);
+        }
+    }
+};
+#endif
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+constexpr bool kHasOutProd = true;
+
+struct Panel {
+    const float *a;      // a[i, k0]
+    int64_t lda;         // floats from a[i, k] to a[i, k + 1]
+    const char *b;       // b[j, k0]
+    size_t bj, bk;       // bytes from b[j, k] to b[j + 1, k] and to b[j, k + 1]
+    float *c;            // dst[i, j]
+    int64_t ldc;         // floats from dst[i, j] to dst[i, j + 1]
+    int64_t n_k;
+    int last;            // lanes used in the last row vector
+    bool accumulate;     // add to dst (a later block of k) or overwrite it
+};
+
+// dst[i.., j..j+RN) for RV row vectors, the last one holding p.last lanes.
+template <int RV, int RN>
+void out_prod_tile(const Panel &p) {
+    using V = typename Simd::V;
+    constexpr int W = Simd::kWidth;
+    V acc[RN][RV];
+    for (int j = 0; j < RN; ++j)
+        for (int r = 0; r < RV; ++r)
+            acc[j][r] = p.accumulate ? Simd::load(p.c + j * p.ldc + r * W, r == RV - 1 ? p.last : W) : Simd::zero();
+    const float *a = p.a;
+    const char *b = p.b;
+    for (int64_t k = 0; k < p.n_k; ++k, a += p.lda, b += p.bk) {
+        V av[RV];
+        for (int r = 0; r < RV; ++r) av[r] = Simd::load(a + r * W, r == RV - 1 ? p.last : W);
+        for (int j = 0; j < RN; ++j) {
+            const V bv = Simd::set1(*reinterpret_cast<const float *>(b + j * p.bj));
+            for (int r = 0; r < RV; ++r) acc[j][r] = Simd::fma(av[r], bv, acc[j][r]);
+        }
+    }
+    for (int j = 0; j < RN; ++j)
+        for (int r = 0; r < RV; ++r) Simd::store(p.c + j * p.ldc + r * W, acc[j][r], r == RV - 1 ? p.last : W);
+}
+
+using TileFn = void (*)(const Panel &);
+
+template <int RV, int... RN>
+constexpr std::array<TileFn, sizeof...(RN)> tiles_of_rows(std::integer_sequence<int, RN...>) {
+    return {out_prod_tile<RV, RN + 1>...};
+}
+
+template <int... RV>
+constexpr auto tile_table(std::integer_sequence<int, RV...>) {
+    return std::array{tiles_of_rows<RV + 1>(std::make_integer_sequence<int, Simd::kCols>{})...};
+}
+
+// kTiles[rv - 1][rn - 1]: rv row vectors by rn columns
+constexpr auto kTiles = tile_table(std::make_integer_sequence<int, Simd::kRowVecs>{});
+
+void out_prod_kernel(ggml_tensor *dst, int ith, int nth, void *) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    constexpr int W = Simd::kWidth;
+    constexpr int64_t kRows = W * Simd::kRowVecs, kColChunk = 8 * Simd::kCols, kDepth = 256;
+    const int64_t n = a->ne[0], m = b->ne[0], K = a->ne[1];
+    const int64_t row_blocks = (n + kRows - 1) / kRows, col_chunks = (m + kColChunk - 1) / kColChunk;
+    const int64_t per_plane = row_blocks * col_chunks, planes = dst->ne[2] * dst->ne[3];
+    for (int64_t unit = ith; unit < planes * per_plane; unit += nth) {
+        const int64_t plane = unit / per_plane, i2 = plane % dst->ne[2], i3 = plane / dst->ne[2];
+        const int64_t i0 = (unit % per_plane) / col_chunks * kRows, j0 = (unit % col_chunks) * kColChunk;
+        const int64_t rows = std::min(kRows, n - i0), cols_end = std::min(m, j0 + kColChunk);
+        const int rv = (int)((rows + W - 1) / W);
+        Panel p;
+        p.lda = a->nb[1] / sizeof(float);
+        p.bj = b->nb[0];
+        p.bk = b->nb[1];
+        p.ldc = dst->nb[1] / sizeof(float);
+        p.last = (int)(rows - (rv - 1) * W);
+        // a broadcast over b's planes (grouped-query attention), as ggml_out_prod does
+        const int64_t a2 = i2 / (b->ne[2] / a->ne[2]), a3 = i3 / (b->ne[3] / a->ne[3]);
+        const char *a_plane = static_cast<const char *>(a->data) + a2 * a->nb[2] + a3 * a->nb[3];
+        const char *b_plane = static_cast<const char *>(b->data) + i2 * b->nb[2] + i3 * b->nb[3];
+        char *c_plane = static_cast<char *>(dst->data) + i2 * dst->nb[2] + i3 * dst->nb[3];
+        for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+            p.n_k = std::min(kDepth, K - k0);
+            p.accumulate = k0 > 0;
+            p.a = reinterpret_cast<const float *>(a_plane + k0 * a->nb[1]) + i0;
+            for (int64_t j = j0; j < cols_end; j += Simd::kCols) {
+                const int rn = (int)std::min<int64_t>(Simd::kCols, cols_end - j);
+                p.b = b_plane + j * b->nb[0] + k0 * b->nb[1];
+                p.c = reinterpret_cast<float *>(c_plane + j * dst->nb[1]) + i0;
+                kTiles[rv - 1][rn - 1](p);
+            }
+        }
+    }
+}
+#else
+constexpr bool kHasOutProd = false;
+void out_prod_kernel(ggml_tensor *, int, int, void *) {}
+#endif
+
 void sum_of_squares_kernel(ggml_tensor *dst, int ith, int, void *) {
     if (ith != 0) return;
     const ggml_tensor *x = dst->src[0];
@@ -89,6 +230,18 @@ ggml_tensor *transpose_f32(ggml_context *ctx, ggml_tensor *x) {
     GGML_ASSERT(x->type == GGML_TYPE_F32);
     ggml_tensor *args[] = {x};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[1], x->ne[0], x->ne[2], x->ne[3], args, 1, transpose_kernel,
+                          GGML_N_TASKS_MAX, nullptr);
+}
+
+bool out_prod_f32_supported(const ggml_tensor *a, const ggml_tensor *b) {
+    return kHasOutProd && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
+           a->ne[1] == b->ne[1] && b->ne[2] % a->ne[2] == 0 && b->ne[3] % a->ne[3] == 0;
+}
+
+ggml_tensor *out_prod_f32(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) {
+    GGML_ASSERT(out_prod_f32_supported(a, b));
+    ggml_tensor *args[] = {a, b};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[0], b->ne[0], b->ne[2], b->ne[3], args, 2, out_prod_kernel,
                           GGML_N_TASKS_MAX, nullptr);
 }
 

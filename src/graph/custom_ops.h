@@ -12,6 +12,16 @@ namespace toy::graph {
 // element per memcpy call, the largest cost of a training step before this.
 ggml_tensor *transpose_f32(ggml_context *ctx, ggml_tensor *x);
 
+// The outer-product sum ggml_out_prod computes, dst[i, j] = sum_k a[i, k] b[j, k]
+// per [.., .., ne2, ne3] plane of b (a: [n, K], b: [m, K] -> [n, m]; a's planes
+// broadcast over b's as in ggml_out_prod), for F32 a whose
+// rows are contiguous (nb0 == 4) and F32 b of any strides (a transposed view
+// included). Register-blocked over i and j, vectorised along i; no copies.
+// Needs AVX-512 or AVX2+FMA: where out_prod_f32_supported() is false, use
+// ggml_out_prod (or transposes and ggml_mul_mat).
+bool out_prod_f32_supported(const ggml_tensor *a, const ggml_tensor *b);
+ggml_tensor *out_prod_f32(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
+
 // sum(x^2) of a contiguous F32 tensor as a [1] tensor, accumulated in double
 // (one pass, no squared copy).
 ggml_tensor *sum_of_squares(ggml_context *ctx, ggml_tensor *x);
