@@ -574,24 +574,29 @@ TEST(TrainOps, OutProductMatchesGgmlForEveryShape) {
     struct Shape {
         int n, m, k, planes_a, planes_b;
         bool b_transposed;
+        ggml_type type_a = GGML_TYPE_F32;  // other types: a frozen weight under LoRA
     };
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (const Shape &s : {Shape{1, 1, 1, 1, 1, false}, Shape{16, 6, 8, 1, 1, false}, Shape{64, 12, 256, 1, 1, true},
                            Shape{65, 7, 300, 1, 1, false}, Shape{172, 64, 128, 1, 1, true}, Shape{33, 50, 17, 2, 4, false},
-                           Shape{8, 3, 513, 3, 3, true}, Shape{100, 49, 5, 1, 2, true}}) {
-        SCOPED_TRACE(fmt::format("n {} m {} k {} planes {}/{}{}", s.n, s.m, s.k, s.planes_a, s.planes_b,
-                                 s.b_transposed ? " b transposed" : ""));
+                           Shape{8, 3, 513, 3, 3, true}, Shape{100, 49, 5, 1, 2, true},
+                           Shape{96, 13, 300, 1, 1, true, GGML_TYPE_Q8_0}, Shape{512, 7, 40, 1, 1, true, GGML_TYPE_Q4_K},
+                           Shape{48, 60, 33, 1, 1, false, GGML_TYPE_F16}}) {
+        SCOPED_TRACE(fmt::format("n {} m {} k {} planes {}/{}{} a {}", s.n, s.m, s.k, s.planes_a, s.planes_b,
+                                 s.b_transposed ? " b transposed" : "", ggml_type_name(s.type_a)));
         ggml_init_params ip{(size_t)(s.n + s.m + s.n * s.m) * s.k * 4 * s.planes_b * 3 + 16 * ggml_tensor_overhead() +
                                 ggml_graph_overhead() + 4096,
                             nullptr, false};
         ggml_context *ctx = ggml_init(ip);
-        ggml_tensor *a = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s.n, s.k, s.planes_a);
+        ggml_tensor *a = ggml_new_tensor_3d(ctx, s.type_a, s.n, s.k, s.planes_a);
         // b [m, k] per plane: as it is, or the transposed view of a [k, m] tensor (the input gradient's case)
         ggml_tensor *bsrc = s.b_transposed ? ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s.k, s.m, s.planes_b)
                                            : ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s.m, s.k, s.planes_b);
-        for (ggml_tensor *t : {a, bsrc})
-            for (int64_t i = 0; i < ggml_nelements(t); ++i) ((float *)t->data)[i] = u(rng);
+        for (int64_t i = 0; i < ggml_nelements(bsrc); ++i) ((float *)bsrc->data)[i] = u(rng);
+        std::vector<float> av(ggml_nelements(a));
+        for (float &x : av) x = u(rng);
+        ggml_quantize_chunk(s.type_a, av.data(), a->data, 0, ggml_nrows(a), s.n, nullptr);
         ggml_tensor *b = s.b_transposed ? ggml_transpose(ctx, bsrc) : bsrc;
         if (!graph::out_prod_f32_supported(a, b)) GTEST_SKIP() << "no AVX-512 or AVX2+FMA: ggml's out_prod is used";
         ggml_tensor *ours = graph::out_prod_f32(ctx, a, b);

@@ -11,10 +11,9 @@ namespace {
 bool same_batches(const ggml_tensor *a, const ggml_tensor *b) { return a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3]; }
 
 // Replaces ggml's out_prod nodes `t` = a b^T (a: [n, K], b: [m, K] -> [n, m],
-// per batch), whose generic kernel is slow: by toy's out_prod_f32 where a is
-// F32 (`replacement` then maps t to the new node), otherwise (a frozen F16 or
-// quantized weight) by mul_mat(a^T, b^T) on contiguous transposed copies, in
-// place.
+// per batch), whose generic kernel is slow: by toy's out_prod_f32
+// (`replacement` maps t to the new node), or, on a CPU without its SIMD
+// kernel, by mul_mat(a^T, b^T) on contiguous transposed copies, in place.
 class OutProdRewriter {
 public:
     explicit OutProdRewriter(ggml_context *ctx) : ctx_(ctx) {}

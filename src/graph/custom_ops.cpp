@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <numeric>
+#include <vector>
 #include <utility>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -171,21 +173,27 @@ constexpr auto kTiles = tile_table(std::make_integer_sequence<int, Simd::kRowVec
 void out_prod_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     constexpr int W = Simd::kWidth;
-    constexpr int64_t kRows = W * Simd::kRowVecs, kColChunk = 8 * Simd::kCols, kDepth = 256;
+    constexpr int64_t kRows = W * Simd::kRowVecs, kDepth = 256;
     const int64_t n = a->ne[0], m = b->ne[0], K = a->ne[1];
-    const int64_t row_blocks = (n + kRows - 1) / kRows, col_chunks = (m + kColChunk - 1) / kColChunk;
-    const int64_t per_plane = row_blocks * col_chunks, planes = dst->ne[2] * dst->ne[3];
+    // F32 a is read in place, in units of kRows rows by kColChunk columns. Any
+    // other type (a frozen F16 or quantized weight under LoRA) is dequantized
+    // per unit and depth block into a panel of this thread: units of whole
+    // quantization blocks, spanning all columns so each element of a is
+    // converted once.
+    const bool f32 = a->type == GGML_TYPE_F32;
+    const int64_t blck = ggml_blck_size(a->type);
+    const int64_t seg = f32 ? kRows : std::lcm(kRows, blck), chunk = f32 ? 8 * Simd::kCols : m;
+    const int64_t row_segs = (n + seg - 1) / seg, col_chunks = (m + chunk - 1) / chunk;
+    const int64_t per_plane = row_segs * col_chunks, planes = dst->ne[2] * dst->ne[3];
+    thread_local std::vector<float> panel;
     for (int64_t unit = ith; unit < planes * per_plane; unit += nth) {
         const int64_t plane = unit / per_plane, i2 = plane % dst->ne[2], i3 = plane / dst->ne[2];
-        const int64_t i0 = (unit % per_plane) / col_chunks * kRows, j0 = (unit % col_chunks) * kColChunk;
-        const int64_t rows = std::min(kRows, n - i0), cols_end = std::min(m, j0 + kColChunk);
-        const int rv = (int)((rows + W - 1) / W);
+        const int64_t s0 = (unit % per_plane) / col_chunks * seg, j0 = (unit % col_chunks) * chunk;
+        const int64_t seg_rows = std::min(seg, n - s0), cols_end = std::min(m, j0 + chunk);
         Panel p;
-        p.lda = a->nb[1] / sizeof(float);
         p.bj = b->nb[0];
         p.bk = b->nb[1];
         p.ldc = dst->nb[1] / sizeof(float);
-        p.last = (int)(rows - (rv - 1) * W);
         // a broadcast over b's planes (grouped-query attention), as ggml_out_prod does
         const int64_t a2 = i2 / (b->ne[2] / a->ne[2]), a3 = i3 / (b->ne[3] / a->ne[3]);
         const char *a_plane = static_cast<const char *>(a->data) + a2 * a->nb[2] + a3 * a->nb[3];
@@ -194,12 +202,30 @@ void out_prod_kernel(ggml_tensor *dst, int ith, int nth, void *) {
         for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
             p.n_k = std::min(kDepth, K - k0);
             p.accumulate = k0 > 0;
-            p.a = reinterpret_cast<const float *>(a_plane + k0 * a->nb[1]) + i0;
-            for (int64_t j = j0; j < cols_end; j += Simd::kCols) {
-                const int rn = (int)std::min<int64_t>(Simd::kCols, cols_end - j);
-                p.b = b_plane + j * b->nb[0] + k0 * b->nb[1];
-                p.c = reinterpret_cast<float *>(c_plane + j * dst->nb[1]) + i0;
-                kTiles[rv - 1][rn - 1](p);
+            const float *a_seg;  // a[s0, k0]
+            if (f32) {
+                a_seg = reinterpret_cast<const float *>(a_plane + k0 * a->nb[1]) + s0;
+                p.lda = a->nb[1] / sizeof(float);
+            } else {
+                const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
+                panel.resize((size_t)(seg * kDepth));
+                for (int64_t k = 0; k < p.n_k; ++k) {
+                    to_float(a_plane + (k0 + k) * a->nb[1] + ggml_row_size(a->type, s0), panel.data() + k * seg_rows, seg_rows);
+                }
+                a_seg = panel.data();
+                p.lda = seg_rows;
+            }
+            for (int64_t i0 = 0; i0 < seg_rows; i0 += kRows) {
+                const int64_t rows = std::min(kRows, seg_rows - i0);
+                const int rv = (int)((rows + W - 1) / W);
+                p.last = (int)(rows - (rv - 1) * W);
+                p.a = a_seg + i0;
+                for (int64_t j = j0; j < cols_end; j += Simd::kCols) {
+                    const int rn = (int)std::min<int64_t>(Simd::kCols, cols_end - j);
+                    p.b = b_plane + j * b->nb[0] + k0 * b->nb[1];
+                    p.c = reinterpret_cast<float *>(c_plane + j * dst->nb[1]) + s0 + i0;
+                    kTiles[rv - 1][rn - 1](p);
+                }
             }
         }
     }
@@ -234,7 +260,10 @@ ggml_tensor *transpose_f32(ggml_context *ctx, ggml_tensor *x) {
 }
 
 bool out_prod_f32_supported(const ggml_tensor *a, const ggml_tensor *b) {
-    return kHasOutProd && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
+    const bool rows_convert = a->type == GGML_TYPE_F32 ? a->nb[0] == sizeof(float)
+                                                       : ggml_get_type_traits(a->type)->to_float && a->nb[0] == ggml_type_size(a->type) &&
+                                                             a->ne[0] % ggml_blck_size(a->type) == 0;
+    return kHasOutProd && rows_convert && b->type == GGML_TYPE_F32 &&
            a->ne[1] == b->ne[1] && b->ne[2] % a->ne[2] == 0 && b->ne[3] % a->ne[3] == 0;
 }
 

@@ -14,9 +14,10 @@ ggml_tensor *transpose_f32(ggml_context *ctx, ggml_tensor *x);
 
 // The outer-product sum ggml_out_prod computes, dst[i, j] = sum_k a[i, k] b[j, k]
 // per [.., .., ne2, ne3] plane of b (a: [n, K], b: [m, K] -> [n, m]; a's planes
-// broadcast over b's as in ggml_out_prod), for F32 a whose
-// rows are contiguous (nb0 == 4) and F32 b of any strides (a transposed view
-// included). Register-blocked over i and j, vectorised along i; no copies.
+// broadcast over b's as in ggml_out_prod), for a whose rows are contiguous (F32,
+// or F16/BF16/quantized: converted a block of rows at a time, never as a whole
+// F32 copy) and F32 b of any strides (a transposed view included).
+// Register-blocked over i and j, vectorised along i; no copies of F32 operands.
 // Needs AVX-512 or AVX2+FMA: where out_prod_f32_supported() is false, use
 // ggml_out_prod (or transposes and ggml_mul_mat).
 bool out_prod_f32_supported(const ggml_tensor *a, const ggml_tensor *b);
