@@ -1,6 +1,7 @@
 // Training: gradients against finite differences for every architecture toy
 // trains, the loss against toy's own inference logits, LoRA at step 0 equal
 // to the base, and learning on real text.
+#include "graph/backward.h"
 #include "graph/custom_ops.h"
 #include "model/init.h"
 #include "model/model.h"
@@ -612,4 +613,37 @@ TEST(TrainOps, OutProductMatchesGgmlForEveryShape) {
         }
         ggml_free(ctx);
     }
+}
+
+TEST(TrainOps, CrossEntropyOverTargetsMatchesGgmlOverOneHotLabels) {
+    const int V = 37, R = 9;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    ggml_init_params ip{(size_t)V * R * 4 * 8 + 32 * ggml_tensor_overhead() + ggml_graph_overhead() + 4096, nullptr, false};
+    ggml_context *ctx = ggml_init(ip);
+    ggml_tensor *logits = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, V, R), *logits2 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, V, R);
+    ggml_tensor *targets = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, R), *labels = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, V, R);
+    ggml_tensor *mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, R), *grad = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
+    ((float *)grad->data)[0] = 0.7f;
+    memset(labels->data, 0, ggml_nbytes(labels));
+    for (int r = 0; r < R; ++r) {
+        const int t = r % 3 == 1 ? -1 : (int)(rng() % V);  // every third row has no target
+        ((int32_t *)targets->data)[r] = t;
+        ((float *)mask->data)[r] = t < 0 ? 0.0f : 1.0f;
+        if (t >= 0) ((float *)labels->data)[r * V + t] = 1.0f;
+        for (int v = 0; v < V; ++v) ((float *)logits->data)[r * V + v] = ((float *)logits2->data)[r * V + v] = u(rng);
+    }
+    // ggml's: rows without a target masked to zero logits (their labels are zero), the gradient masked again
+    ggml_tensor *masked = ggml_mul(ctx, logits, mask);
+    ggml_tensor *want_loss = ggml_cross_entropy_loss(ctx, masked, labels);
+    ggml_tensor *want_grad = ggml_mul(ctx, ggml_cross_entropy_loss_back(ctx, grad, masked, labels), mask);
+    ggml_tensor *loss = graph::mean_cross_entropy(ctx, logits2, targets);
+    ggml_cgraph *gf = ggml_new_graph(ctx);
+    for (ggml_tensor *t : {want_loss, want_grad, loss}) ggml_build_forward_expand(gf, t);
+    ggml_tensor *got_grad = graph::cross_entropy_grad_inplace(ctx, grad, logits2, targets);  // after the loss read them
+    ggml_build_forward_expand(gf, got_grad);
+    ggml_graph_compute_with_ctx(ctx, gf, 2);
+    EXPECT_NEAR(((float *)loss->data)[0], ((float *)want_loss->data)[0], 1e-6);
+    for (int i = 0; i < V * R; ++i) ASSERT_NEAR(((float *)got_grad->data)[i], ((float *)want_grad->data)[i], 1e-7) << i;
+    ggml_free(ctx);
 }

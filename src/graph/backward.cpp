@@ -20,6 +20,15 @@ public:
 
     std::unordered_map<ggml_tensor *, ggml_tensor *> replacement;
 
+    // ggml's cross-entropy over one-hot labels: the same loss and gradient
+    // from integer targets (the label matrix is never allocated)
+    void rewrite_cross_entropy(ggml_tensor *t, ggml_tensor *targets) {
+        if (t->op == GGML_OP_CROSS_ENTROPY_LOSS) replacement[t] = mean_cross_entropy(ctx_, t->src[0], targets);
+        if (t->op == GGML_OP_CROSS_ENTROPY_LOSS_BACK) {
+            replacement[t] = cross_entropy_grad_inplace(ctx_, t->src[0], t->src[1], targets);
+        }
+    }
+
     bool rewrite(ggml_tensor *t) {
         if (t->op != GGML_OP_OUT_PROD) return false;
         ggml_tensor *a = t->src[0], *b = t->src[1];
@@ -56,8 +65,13 @@ private:
 
 }  // namespace
 
+ggml_tensor *mean_cross_entropy(ggml_context *ctx, ggml_tensor *logits, ggml_tensor *targets) {
+    return ggml_scale(ctx, ggml_sum(ctx, cross_entropy_rows(ctx, logits, targets)), 1.0f / (float)logits->ne[1]);
+}
+
 ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *loss,
-                            const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> &accumulators, size_t graph_size) {
+                            const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> &accumulators, size_t graph_size,
+                            ggml_tensor *targets) {
     std::vector<ggml_tensor *> accs(ggml_graph_n_nodes(gf), nullptr);
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor *node = ggml_graph_node(gf, i);
@@ -67,17 +81,21 @@ ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *los
     ggml_build_backward_expand(ctx, gf, accs.data());
 
     OutProdRewriter rw(ctx);
-    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) rw.rewrite(ggml_graph_node(gf, i));
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        rw.rewrite(ggml_graph_node(gf, i));
+        if (targets) rw.rewrite_cross_entropy(ggml_graph_node(gf, i), targets);
+    }
     const auto replaced = [&](ggml_tensor *t) {
         auto it = rw.replacement.find(t);
         return it == rw.replacement.end() ? t : it->second;
     };
-    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
-        ggml_tensor *node = ggml_graph_node(gf, i);
+    const auto substitute = [&](ggml_tensor *node) {
         for (ggml_tensor *&src : node->src)
             if (src) src = replaced(src);
         if (node->view_src) node->view_src = replaced(node->view_src);
-    }
+    };
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) substitute(ggml_graph_node(gf, i));
+    for (auto &[old, now] : rw.replacement) substitute(now);
 
     // the rewritten products read new nodes: a fresh graph built from the
     // loss and the final gradients orders them first

@@ -1,12 +1,13 @@
 // The backward pass of a training graph: ggml's automatic differentiation,
-// then the gradients of matrix products (weights, inputs, attention's batched
-// products) recomputed as matrix products.
+// then its slow or memory-hungry nodes replaced by toy's own (custom_ops.h).
 //
 // ggml differentiates y = W x into dW = out_prod(x, dy) and dx = out_prod(W,
-// dy^T). Its CPU out_prod is a loop of row updates; the same sums as a matmul
-// (dW = mul_mat(x^T, dy^T), dx = mul_mat(W^T, dy), operands copied contiguous)
-// run through the blocked GEMM kernels (llamafile's tinyBLAS) that inference
-// uses. Same values up to the order of float additions.
+// dy^T). Its CPU out_prod is a loop of row updates; toy's out_prod_f32 computes
+// the same sums register-blocked, reading W (of any type) and the activations
+// where they lie. ggml's cross-entropy takes one-hot labels as large as the
+// logits; with `targets`, the loss and its gradient come from integer targets
+// instead, the gradient written over the logits. Same values up to the order
+// of float additions.
 #pragma once
 
 #include <ggml.h>
@@ -19,8 +20,18 @@ namespace toy::graph {
 // `gf` (created with grads) holds the forward pass ending in `loss` (flagged
 // with ggml_set_loss); `accumulators` pairs each parameter with the tensor its
 // gradient is added into. Returns a new graph (of at most `graph_size` nodes,
-// in `ctx`) computing the forward pass, then every gradient.
+// in `ctx`) computing the forward pass, then every gradient. With `targets`
+// (I32, one per row of the logits, negative: no loss), every
+// ggml_cross_entropy_loss(logits, labels) of the forward pass is computed from
+// the targets instead; its labels are then only a placeholder for the shape,
+// never allocated or read.
 ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *loss,
-                            const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> &accumulators, size_t graph_size);
+                            const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> &accumulators, size_t graph_size,
+                            ggml_tensor *targets = nullptr);
+
+// The mean over the rows of cross_entropy_rows(logits, targets) (rows without
+// a target count as zero): the value ggml_cross_entropy_loss gives with the
+// one-hot labels of the targets.
+ggml_tensor *mean_cross_entropy(ggml_context *ctx, ggml_tensor *logits, ggml_tensor *targets);
 
 }  // namespace toy::graph

@@ -1,6 +1,7 @@
 #include "graph/custom_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <numeric>
 #include <vector>
@@ -235,6 +236,50 @@ constexpr bool kHasOutProd = false;
 void out_prod_kernel(ggml_tensor *, int, int, void *) {}
 #endif
 
+// ---- cross-entropy over integer targets ----
+
+// max and log(sum(exp(x - max))) of one row, the sum in double
+std::pair<float, double> log_sum_exp(const float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += (double)std::exp(x[i] - mx);
+    return {mx, std::log(sum)};
+}
+
+void cross_entropy_rows_kernel(ggml_tensor *dst, int ith, int nth, void *) {
+    const ggml_tensor *logits = dst->src[0], *targets = dst->src[1];
+    const int64_t n = logits->ne[0], rows = logits->ne[1];
+    for (int64_t r = ith; r < rows; r += nth) {
+        const int32_t t = static_cast<const int32_t *>(targets->data)[r];
+        const float *x = reinterpret_cast<const float *>(static_cast<const char *>(logits->data) + r * logits->nb[1]);
+        float loss = 0.0f;
+        if (t >= 0) {
+            const auto [mx, lse] = log_sum_exp(x, n);
+            loss = (float)(lse - (double)(x[t] - mx));
+        }
+        static_cast<float *>(dst->data)[r] = loss;
+    }
+}
+
+void cross_entropy_grad_kernel(ggml_tensor *dst, int ith, int nth, void *) {
+    // dst is src[0], the logits, overwritten row by row with their gradient
+    const ggml_tensor *grad = dst->src[1], *targets = dst->src[2];
+    const int64_t n = dst->ne[0], rows = dst->ne[1];
+    const float scale = *static_cast<const float *>(grad->data) / (float)rows;
+    for (int64_t r = ith; r < rows; r += nth) {
+        const int32_t t = static_cast<const int32_t *>(targets->data)[r];
+        float *x = reinterpret_cast<float *>(static_cast<char *>(dst->data) + r * dst->nb[1]);
+        if (t < 0) {
+            std::fill(x, x + n, 0.0f);
+            continue;
+        }
+        const auto [mx, lse] = log_sum_exp(x, n);
+        for (int64_t i = 0; i < n; ++i) x[i] = (float)std::exp((double)(x[i] - mx) - lse) * scale;
+        x[t] -= scale;
+    }
+}
+
 void sum_of_squares_kernel(ggml_tensor *dst, int ith, int, void *) {
     if (ith != 0) return;
     const ggml_tensor *x = dst->src[0];
@@ -272,6 +317,21 @@ ggml_tensor *out_prod_f32(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) {
     ggml_tensor *args[] = {a, b};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[0], b->ne[0], b->ne[2], b->ne[3], args, 2, out_prod_kernel,
                           GGML_N_TASKS_MAX, nullptr);
+}
+
+ggml_tensor *cross_entropy_rows(ggml_context *ctx, ggml_tensor *logits, ggml_tensor *targets) {
+    GGML_ASSERT(logits->type == GGML_TYPE_F32 && logits->nb[0] == sizeof(float) && ggml_nrows(logits) == logits->ne[1]);
+    GGML_ASSERT(targets->type == GGML_TYPE_I32 && ggml_nelements(targets) == logits->ne[1]);
+    ggml_tensor *args[] = {logits, targets};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, logits->ne[1], 1, 1, 1, args, 2, cross_entropy_rows_kernel, GGML_N_TASKS_MAX,
+                          nullptr);
+}
+
+ggml_tensor *cross_entropy_grad_inplace(ggml_context *ctx, ggml_tensor *grad, ggml_tensor *logits, ggml_tensor *targets) {
+    GGML_ASSERT(ggml_is_scalar(grad) && ggml_is_contiguous(logits) && ggml_nrows(logits) == logits->ne[1]);
+    GGML_ASSERT(targets->type == GGML_TYPE_I32 && ggml_nelements(targets) == logits->ne[1]);
+    ggml_tensor *args[] = {grad, targets};
+    return ggml_custom_inplace(ctx, logits, args, 2, cross_entropy_grad_kernel, GGML_N_TASKS_MAX, nullptr);
 }
 
 ggml_tensor *sum_of_squares(ggml_context *ctx, ggml_tensor *x) {

@@ -23,6 +23,16 @@ ggml_tensor *transpose_f32(ggml_context *ctx, ggml_tensor *x);
 bool out_prod_f32_supported(const ggml_tensor *a, const ggml_tensor *b);
 ggml_tensor *out_prod_f32(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
 
+// Cross-entropy of logits [n, rows] against integer targets [rows] (I32; a
+// negative target: the row has no loss): per-row losses [rows], log-sum-exp
+// in double. The training loss replaces ggml's cross_entropy_loss by these
+// (graph/backward.h), so no one-hot label matrix exists.
+ggml_tensor *cross_entropy_rows(ggml_context *ctx, ggml_tensor *logits, ggml_tensor *targets);
+// The gradient of mean(cross_entropy_rows) * grad (a scalar) with respect to
+// the logits, written over the logits themselves (they are not needed after):
+// (softmax - one-hot) * grad / rows, zero on rows without a target.
+ggml_tensor *cross_entropy_grad_inplace(ggml_context *ctx, ggml_tensor *grad, ggml_tensor *logits, ggml_tensor *targets);
+
 // sum(x^2) of a contiguous F32 tensor as a [1] tensor, accumulated in double
 // (one pass, no squared copy).
 ggml_tensor *sum_of_squares(ggml_context *ctx, ggml_tensor *x);

@@ -27,9 +27,7 @@ struct Trainer::LossGraph {
     ggml_context *ctx = nullptr;
     ggml_cgraph *gf = nullptr;
     graph::ForwardGraph g;
-    ggml_tensor *labels = nullptr;   // F32 [n_vocab, N] one-hot
-    std::vector<size_t> hot;         // elements of labels set to 1 for the last micro-batch
-    ggml_tensor *row_mask = nullptr; // F32 [1, N]
+    ggml_tensor *targets = nullptr;  // I32 [N]: the next token, -1 where a row has no target
     ggml_tensor *weight = nullptr;   // F32 [1]
     ggml_tensor *loss = nullptr;
     ggml_tensor *loss_grad = nullptr;  // d loss / d loss, 1 before each compute (backward only)
@@ -85,33 +83,33 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
     p.adapters = model_.adapters();
     lg.g = graph::build_forward(lg.ctx, lg.gf, c, model_.weights(), p);
 
-    lg.labels = ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, lg.g.logits->ne[0], N);  // the vocabulary, padded or not
-    ggml_set_input(graph::named(lg.labels, "train_labels"));
-    lg.row_mask = ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, 1, N);
-    ggml_set_input(graph::named(lg.row_mask, "train_row_mask"));
+    lg.targets = ggml_new_tensor_1d(lg.ctx, GGML_TYPE_I32, N);
+    ggml_set_input(graph::named(lg.targets, "train_targets"));
     lg.weight = ggml_new_tensor_1d(lg.ctx, GGML_TYPE_F32, 1);
     ggml_set_input(graph::named(lg.weight, "train_loss_weight"));
-    ggml_tensor *logits = ggml_mul(lg.ctx, lg.g.logits, lg.row_mask);
-    lg.loss = ggml_mul(lg.ctx, ggml_cross_entropy_loss(lg.ctx, logits, lg.labels), lg.weight);
+    // differentiated as ggml's cross-entropy over one-hot labels, computed
+    // from the targets: the labels are a placeholder build_backward replaces
+    ggml_tensor *ce = backward ? ggml_cross_entropy_loss(lg.ctx, lg.g.logits, ggml_dup_tensor(lg.ctx, lg.g.logits))
+                               : graph::mean_cross_entropy(lg.ctx, lg.g.logits, lg.targets);
+    lg.loss = ggml_mul(lg.ctx, ce, lg.weight);
     graph::named(lg.loss, "train_loss");
     ggml_set_output(lg.loss);
     ggml_set_loss(lg.loss);
     ggml_build_forward_expand(lg.gf, lg.loss);
 
     std::vector<ggml_tensor *> inputs = lg.g.inputs();
-    inputs.insert(inputs.end(), {lg.labels, lg.row_mask, lg.weight});
+    inputs.insert(inputs.end(), {lg.targets, lg.weight});
     if (backward) {
         // every parameter's gradient goes into its own accumulator
         std::vector<std::pair<ggml_tensor *, ggml_tensor *>> accs;
         for (const Param &prm : model_.params().params()) accs.emplace_back(prm.value, prm.grad);
         ggml_cgraph *forward = lg.gf;
-        lg.gf = graph::build_backward(lg.ctx, forward, lg.loss, accs, size);
+        lg.gf = graph::build_backward(lg.ctx, forward, lg.loss, accs, size, lg.targets);
         lg.loss_grad = ggml_graph_get_grad_acc(forward, lg.loss);
         ggml_set_input(lg.loss_grad);
         inputs.push_back(lg.loss_grad);
     }
     lg.inputs.place(engine_.buffer_type(), inputs);
-    ggml_backend_tensor_memset(lg.labels, 0, 0, ggml_nbytes(lg.labels));
     lg.sched = engine_.make_scheduler(size);
     if (trace_.out) ggml_backend_sched_set_eval_callback(lg.sched, trace_callback, &trace_);
     if (!ggml_backend_sched_alloc_graph(lg.sched, lg.gf)) {
@@ -123,13 +121,7 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
 double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows, float weight) {
     const Config &c = model_.config();
     const int64_t T = opts_.n_ctx, n_seqs = opts_.seqs_per_ubatch, N = T * n_seqs;
-    std::vector<int32_t> tokens(N), pos(N);
-    std::vector<float> mask(N, 0.0f);
-    // the one-hot rows change in one element per target: clear the last
-    // micro-batch's ones and set this one's instead of uploading N x n_vocab floats
-    const float zero = 0.0f, one = 1.0f;
-    for (size_t at : lg.hot) ggml_backend_tensor_set(lg.labels, &zero, at * sizeof(float), sizeof(float));
-    lg.hot.clear();
+    std::vector<int32_t> tokens(N), pos(N), targets(N, -1);
     for (int64_t s = 0; s < n_seqs; ++s) {
         const Window &w = *windows[s];
         if ((int64_t)w.tokens.size() != T + 1 || (int64_t)w.mask.size() != T) {
@@ -144,18 +136,17 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
             if (target < 0 || target >= c.n_vocab) {
                 fail("token id {} is out of range: the vocabulary has {} tokens", target, c.n_vocab);
             }
-            mask[row] = 1.0f;
-            lg.hot.push_back((size_t)(row * lg.labels->ne[0] + target));
+            targets[row] = target;
         }
     }
     for (int32_t t : tokens) {
         if (t < 0 || t >= c.n_vocab) fail("token id {} is out of range: the vocabulary has {} tokens", t, c.n_vocab);
     }
     set_forward_inputs(lg.g, c, tokens, pos);
-    for (size_t at : lg.hot) ggml_backend_tensor_set(lg.labels, &one, at * sizeof(float), sizeof(float));
-    ggml_backend_tensor_set(lg.row_mask, mask.data(), 0, mask.size() * sizeof(float));
+    ggml_backend_tensor_set(lg.targets, targets.data(), 0, targets.size() * sizeof(int32_t));
     ggml_backend_tensor_set(lg.weight, &weight, 0, sizeof(float));
     if (lg.loss_grad) {
+        const float one = 1.0f;
         ggml_backend_tensor_set(lg.loss_grad, &one, 0, sizeof(float));
     }
     trace_.graph++;

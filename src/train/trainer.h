@@ -6,10 +6,9 @@
 // (train/optimizer.h).
 //
 // Shapes: a micro-batch is n_seqs windows of T tokens, tokens [T * n_seqs];
-// logits [n_vocab, T * n_seqs]; one-hot labels the same; a row mask [1, T * n_seqs]
-// zeroes the logits of rows that are not targets, so they add neither loss
-// nor gradient; a scalar weight turns ggml's per-row mean into the mean over
-// the step's targets.
+// logits [n_vocab, T * n_seqs]; targets [T * n_seqs] (I32, -1 on rows that are
+// not targets: they add neither loss nor gradient); a scalar weight turns the
+// loss's per-row mean into the mean over the step's targets.
 #pragma once
 
 #include "runtime/engine.h"
