@@ -45,7 +45,7 @@ int run_bench(const TrainFlags &f) {
         }
     } cleanup{f.from_scratch ? f.s.model : ""};
     const train::RunSettings &s = f.s;
-    const train::BenchResult r = train::bench_training(s, f.io.n_threads, f.bench_steps);
+    const train::BenchResult r = train::bench_training(s, f.io.n_threads, f.bench_steps, f.io.grad_checkpointing);
     const double mib = 1048576.0;
     fmt::print("model      {} ({})\n", s.model, f.from_scratch ? "from scratch" : "fine-tune");
     fmt::print("mode       {}, {} trainable parameters, windows of {} tokens, {} tokens per step\n", r.mode, r.n_trainable,
@@ -183,6 +183,9 @@ Command reg("train", "Train a model: full fine-tune, LoRA, or from scratch (Adam
     app.add_option("--log", f->io.log_csv, "CSV of every step: loss, val loss, lr, gradient norms, tokens/s");
     app.add_option("--plot", f->io.plot_svg, "SVG plot of the training and held-out losses, written at the end");
     app.add_option("-t,--threads", f->io.n_threads, "threads (0: all)");
+    app.add_flag("--grad-checkpointing", f->io.grad_checkpointing,
+                 "keep only each block's input and recompute its activations in the backward pass: activation memory of "
+                 "one block instead of all, for about one more forward pass of compute");
     app.add_flag("--trace", f->trace, "per-block activation statistics of every training graph (stderr)");
     app.add_flag("-q,--quiet", f->quiet, "no progress lines");
     app.add_option("--bench", f->bench_steps,

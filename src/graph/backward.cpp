@@ -2,7 +2,10 @@
 
 #include "graph/custom_ops.h"
 
+#include <algorithm>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace toy::graph {
 namespace {
@@ -63,6 +66,50 @@ private:
     std::unordered_map<ggml_tensor *, ggml_tensor *> cache_;
 };
 
+// Copies of forward nodes, computed again from the tensors kept (the block
+// inputs): the backward pass reads the copies, so the forward pass's own
+// activations are freed as soon as the forward pass is done with them.
+class Recompute {
+public:
+    Recompute(ggml_context *ctx, std::unordered_set<ggml_tensor *> forward, const std::vector<ggml_tensor *> &keep)
+        : ctx_(ctx), forward_(std::move(forward)), keep_(keep.begin(), keep.end()) {}
+
+    ggml_tensor *operator()(ggml_tensor *t) {
+        // parameters are nodes of the graph too (op NONE): never copied
+        if (!t || t->op == GGML_OP_NONE || !forward_.count(t) || keep_.count(t)) return t;
+        if (auto it = copies_.find(t); it != copies_.end()) return it->second;
+        ggml_tensor *c = ggml_new_tensor(ctx_, t->type, GGML_MAX_DIMS, t->ne);
+        std::copy(std::begin(t->nb), std::end(t->nb), std::begin(c->nb));
+        c->op = t->op;
+        std::copy(std::begin(t->op_params), std::end(t->op_params), std::begin(c->op_params));
+        c->flags = t->flags & ~GGML_TENSOR_FLAG_OUTPUT;
+        for (int i = 0; i < GGML_MAX_SRC; ++i) c->src[i] = (*this)(t->src[i]);
+        c->view_src = (*this)(t->view_src);
+        c->view_offs = t->view_offs;
+        ggml_format_name(c, "%s (again)", t->name);
+        copies_[t] = c;
+        is_copy_.insert(c);
+        return c;
+    }
+
+    // gb's nodes in an order that computes each copy just before the backward
+    // node that needs it: sources that are copies are visited last
+    void order(ggml_cgraph *gb, ggml_tensor *t, std::unordered_set<ggml_tensor *> &seen) const {
+        if (!t || !seen.insert(t).second) return;
+        for (bool copies : {false, true}) {
+            for (ggml_tensor *src : t->src)
+                if (src && is_copy_.count(src) == copies) order(gb, src, seen);
+        }
+        ggml_build_forward_expand(gb, t);
+    }
+
+private:
+    ggml_context *ctx_;
+    std::unordered_set<ggml_tensor *> forward_, keep_;
+    std::unordered_map<ggml_tensor *, ggml_tensor *> copies_;
+    std::unordered_set<ggml_tensor *> is_copy_;
+};
+
 }  // namespace
 
 ggml_tensor *mean_cross_entropy(ggml_context *ctx, ggml_tensor *logits, ggml_tensor *targets) {
@@ -71,7 +118,9 @@ ggml_tensor *mean_cross_entropy(ggml_context *ctx, ggml_tensor *logits, ggml_ten
 
 ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *loss,
                             const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> &accumulators, size_t graph_size,
-                            ggml_tensor *targets) {
+                            const BackwardOptions &opts) {
+    std::unordered_set<ggml_tensor *> forward;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) forward.insert(ggml_graph_node(gf, i));
     std::vector<ggml_tensor *> accs(ggml_graph_n_nodes(gf), nullptr);
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor *node = ggml_graph_node(gf, i);
@@ -83,7 +132,7 @@ ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *los
     OutProdRewriter rw(ctx);
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         rw.rewrite(ggml_graph_node(gf, i));
-        if (targets) rw.rewrite_cross_entropy(ggml_graph_node(gf, i), targets);
+        if (opts.targets) rw.rewrite_cross_entropy(ggml_graph_node(gf, i), opts.targets);
     }
     const auto replaced = [&](ggml_tensor *t) {
         auto it = rw.replacement.find(t);
@@ -97,6 +146,19 @@ ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *los
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) substitute(ggml_graph_node(gf, i));
     for (auto &[old, now] : rw.replacement) substitute(now);
 
+    std::optional<Recompute> again;
+    if (opts.recompute_from) {
+        again.emplace(ctx, forward, *opts.recompute_from);
+        const auto read_copies = [&](ggml_tensor *node) {
+            for (ggml_tensor *&src : node->src) src = (*again)(src);
+            node->view_src = (*again)(node->view_src);
+        };
+        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+            if (!forward.count(ggml_graph_node(gf, i))) read_copies(ggml_graph_node(gf, i));
+        }
+        for (auto &[old, now] : rw.replacement) read_copies(now);
+    }
+
     // the rewritten products read new nodes: a fresh graph built from the
     // loss and the final gradients orders them first
     std::vector<ggml_tensor *> grads;
@@ -105,7 +167,14 @@ ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *los
     }
     ggml_cgraph *gb = ggml_new_graph_custom(ctx, graph_size, false);
     ggml_build_forward_expand(gb, loss);
-    for (ggml_tensor *g : grads) ggml_build_forward_expand(gb, g);
+    std::unordered_set<ggml_tensor *> seen;
+    for (ggml_tensor *g : grads) {
+        if (again) {
+            again->order(gb, g, seen);
+        } else {
+            ggml_build_forward_expand(gb, g);
+        }
+    }
     return gb;
 }
 

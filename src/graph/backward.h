@@ -20,14 +20,22 @@ namespace toy::graph {
 // `gf` (created with grads) holds the forward pass ending in `loss` (flagged
 // with ggml_set_loss); `accumulators` pairs each parameter with the tensor its
 // gradient is added into. Returns a new graph (of at most `graph_size` nodes,
-// in `ctx`) computing the forward pass, then every gradient. With `targets`
-// (I32, one per row of the logits, negative: no loss), every
-// ggml_cross_entropy_loss(logits, labels) of the forward pass is computed from
-// the targets instead; its labels are then only a placeholder for the shape,
-// never allocated or read.
+// in `ctx`) computing the forward pass, then every gradient.
+struct BackwardOptions {
+    // I32, one per row of the logits (negative: no loss): every
+    // ggml_cross_entropy_loss(logits, labels) of the forward pass is computed
+    // from these instead; its labels are then only a placeholder for the
+    // shape, never allocated or read.
+    ggml_tensor *targets = nullptr;
+    // Gradient checkpointing: the backward pass keeps only these forward
+    // tensors (ForwardGraph::checkpoints) and recomputes every other
+    // activation it reads from them, block by block, just before its use.
+    // Same values; activation memory of one block instead of all.
+    const std::vector<ggml_tensor *> *recompute_from = nullptr;
+};
 ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *loss,
                             const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> &accumulators, size_t graph_size,
-                            ggml_tensor *targets = nullptr);
+                            const BackwardOptions &opts = {});
 
 // The mean over the rows of cross_entropy_rows(logits, targets) (rows without
 // a target count as zero): the value ggml_cross_entropy_loss gives with the

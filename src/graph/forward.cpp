@@ -174,11 +174,15 @@ ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Config &c, 
     }
 
     ggml_tensor *tok_embd = w.tok_embd;
-    if (w.lens_proj) tok_embd = named(ggml_mul_mat(ctx, w.lens_proj, w.lens_embd), "lens_embd");  // [n_embd, n_vocab]
+    if (w.lens_proj) {
+        tok_embd = named(ggml_mul_mat(ctx, w.lens_proj, w.lens_embd), "lens_embd");  // [n_embd, n_vocab]
+        g.checkpoints.push_back(tok_embd);
+    }
     ggml_tensor *x = b.embed(tok_embd, g.tokens);  // [n_embd, T]
     if (c.pos == PosKind::Learned) x = ggml_add(ctx, x, ggml_get_rows(ctx, w.pos_embd, g.pos));
     if (c.embd_scale != 1.0f) x = ggml_scale(ctx, x, c.embd_scale);
     named(x, "inp_embd");
+    g.checkpoints.push_back(x);
 
     for (int il = 0; il < c.n_layer; ++il) {
         const LayerWeights &l = w.layers[il];
@@ -207,6 +211,7 @@ ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Config &c, 
         named(cur, "ffn_out", il);
         if (c.residual_scale != 1.0f) cur = ggml_scale(ctx, cur, c.residual_scale);
         x = named(ggml_add(ctx, cur, ffn_inp), "l_out", il);
+        g.checkpoints.push_back(x);
     }
 
     x = named(b.norm(x, w.output_norm, w.output_norm_b, c.norm), "result_norm");
@@ -216,10 +221,12 @@ ForwardGraph build_forward(ggml_context *ctx, ggml_cgraph *gf, const Config &c, 
         return g;
     }
     ggml_tensor *logits = b.output(w.output ? w.output : tok_embd, x);
+    g.checkpoints.push_back(logits);
     if (c.logit_scale != 1.0f) logits = ggml_scale(ctx, logits, 1.0f / c.logit_scale);
     if (c.final_softcap > 0.0f) logits = b.softcap(logits, c.final_softcap);
     if (w.vocab_pad_mask) logits = ggml_add(ctx, logits, w.vocab_pad_mask);
     g.logits = named(logits, "result_output");
+    g.checkpoints.push_back(g.logits);
     ggml_build_forward_expand(gf, g.logits);
     return g;
 }

@@ -51,6 +51,10 @@ struct ForwardGraph {
     ggml_tensor *logits = nullptr;    // [n_vocab, n_outputs]
     ggml_tensor *rope_freqs = nullptr;   // F32 [n_rot/2]: Llama-3 factors from metadata (null when unused)
     std::vector<ggml_tensor *> router_choices;  // per MoE layer: I32 [n_expert_used, n_tokens]
+    // What a backward pass that recomputes activations keeps from the forward
+    // pass: each block's input (the embeddings, every layer's output) and the
+    // products over the vocabulary (costly to redo).
+    std::vector<ggml_tensor *> checkpoints;
 
     // The tensors above that the caller fills before computing (non-null ones).
     std::vector<ggml_tensor *> inputs() const {

@@ -24,10 +24,11 @@ double training_flops_per_token(const Model &model, int64_t n_ctx, bool weights_
     return (weights_train ? 6.0 : 4.0) * p + 6.0 * (double)adapter_params + attention;
 }
 
-BenchResult bench_training(const RunSettings &s, int n_threads, int64_t steps) {
+BenchResult bench_training(const RunSettings &s, int n_threads, int64_t steps, bool grad_checkpointing) {
     if (steps < 1) fail("--bench: expected at least 1 timed step, found {}", steps);
     Trainable t = load_trainable(s);
-    const TrainerOptions to = trainer_options(s);
+    TrainerOptions to = trainer_options(s);
+    to.recompute = grad_checkpointing;
     const int64_t per_step = to.seqs_per_ubatch * to.ubatches;
 
     // the windows: the data's, cycled, or random tokens

@@ -30,7 +30,7 @@ struct BenchResult {
 
 // Benchmarks the step the run `s` would take (its model, mode, -c/-b/-ub and
 // optimizer); data from s.data, or random tokens when it is empty.
-BenchResult bench_training(const RunSettings &s, int n_threads, int64_t steps);
+BenchResult bench_training(const RunSettings &s, int n_threads, int64_t steps, bool grad_checkpointing = false);
 
 // Matmul FLOPs per trained token of one step: forward 2P, backward 2P for the
 // inputs' gradient plus 2P for the weights' when they train (P: parameters of

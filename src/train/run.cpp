@@ -225,6 +225,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     // 3. The step's shape.
     TrainableModel *tm = t.tm.get();
     TrainerOptions to = trainer_options(s);
+    to.recompute = io.grad_checkpointing;
     to.trace = io.trace;
     const int64_t n_batch = to.seqs_per_ubatch * to.ubatches * s.n_ctx;
     const int64_t per_step = to.seqs_per_ubatch * to.ubatches;

@@ -55,6 +55,7 @@ struct RunIo {
     std::string log_csv;           // empty: none
     std::string plot_svg;          // empty: none
     int n_threads = 0;
+    bool grad_checkpointing = false;  // recompute activations in the backward (less memory, more compute)
     FILE *progress = stderr;       // null: quiet
     FILE *trace = nullptr;         // per-block activation statistics
     const std::atomic<bool> *stop = nullptr;  // set by a signal handler: checkpoint and return

@@ -43,7 +43,7 @@ struct Trainer::LossGraph {
 
 namespace {
 
-size_t loss_graph_size(const Config &c) { return std::max<size_t>(8192, (size_t)c.n_layer * 1200 + 2048); }
+size_t loss_graph_size(const Config &c) { return std::max<size_t>(8192, (size_t)c.n_layer * 1600 + 2048); }
 
 }  // namespace
 
@@ -104,7 +104,10 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
         std::vector<std::pair<ggml_tensor *, ggml_tensor *>> accs;
         for (const Param &prm : model_.params().params()) accs.emplace_back(prm.value, prm.grad);
         ggml_cgraph *forward = lg.gf;
-        lg.gf = graph::build_backward(lg.ctx, forward, lg.loss, accs, size, lg.targets);
+        graph::BackwardOptions bo;
+        bo.targets = lg.targets;
+        if (opts_.recompute) bo.recompute_from = &lg.g.checkpoints;
+        lg.gf = graph::build_backward(lg.ctx, forward, lg.loss, accs, size, bo);
         lg.loss_grad = ggml_graph_get_grad_acc(forward, lg.loss);
         ggml_set_input(lg.loss_grad);
         inputs.push_back(lg.loss_grad);

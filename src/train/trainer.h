@@ -56,6 +56,7 @@ struct TrainerOptions {
     int64_t ubatches = 1;         // micro-batches accumulated per optimizer step
     OptimizerOptions opt;
     FILE *trace = nullptr;        // per-block activation statistics of each training graph
+    bool recompute = false;       // gradient checkpointing: keep block inputs, recompute the rest in the backward
 };
 
 struct StepStats {
