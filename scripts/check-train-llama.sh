@@ -56,7 +56,8 @@ for arch in qwen2 gemma2 gpt2; do
   "$TOY" train -m "$W/$arch.init.gguf" -f "$W/text.txt" -c 32 --steps 5 -q -o "$W/$arch.gguf"
   check "full fine-tune of a random $arch" gen "$W/$arch.gguf"
 done
-# one step against llama-finetune: its n_ctx is padded to 256 and its window
+# one step against llama-finetune (tests/data/llama-finetune-step holds one
+# such run for ctest: TrainCli.OneAdamWStepEqualsLlamaFinetunes): its n_ctx is padded to 256 and its window
 # count is (tokens - n_ctx - 1) / (n_ctx / 2), so 385..511 tokens give exactly
 # one window, the same first 257 tokens toy's single window holds
 LF=$REF/bin/llama-finetune
