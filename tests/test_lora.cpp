@@ -202,3 +202,32 @@ TEST(Lora, CommandsTakeLoraAndLoraScaled) {
     EXPECT_NE(bad.err.find("not a LoRA adapter"), std::string::npos) << bad.err;
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
 }
+
+// tests/data/lora-llama (scripts/make-lora-test-data.sh): adapters toy trained
+// on parity fixtures (per-head Q/V plus a second adapter at scale 0.5, GPT-2's
+// fused Q|K|V, Qwen2's biased projections, a Q8_0 base) and the logits
+// llama.cpp of the pinned bundle computes with them. toy applying the same
+// files gives those logits within the fixtures' tolerances (1e-3 of each row's
+// range on F32 bases, 2e-2 on quantized ones).
+TEST(Lora, LlamaCppLoadsToysAdaptersWithTheSameLogits) {
+    const std::string dir = std::string(TOY_SOURCE_DIR) + "/tests/data/lora-llama/";
+    for (const char *name : {"llama-per-head", "gpt2-fused-qkv", "qwen2-bias", "llama-q8_0"}) {
+        SCOPED_TRACE(name);
+        const nlohmann::json c = test::read_json(dir + name + ".json");
+        const std::string fx = c["fixture"];
+        const nlohmann::json fixture = test::read_json(test::fixture_path(fx + ".json"));
+        auto model = Model::load(test::fixture_path(fx + ".gguf"));
+        std::vector<std::pair<std::string, float>> files;
+        for (const auto &a : c["adapters"]) files.emplace_back(dir + a[0].get<std::string>(), a[1].get<float>());
+        LoraSet set = LoraSet::load(files, *model);
+        const std::vector<int32_t> tokens = fixture["tokens"].get<std::vector<int32_t>>();
+        const int64_t V = model->config().n_vocab;
+        const std::vector<float> want = test::read_f32(dir + name + ".logits.f32");
+        const std::vector<float> got = eval_sequence(*model, tokens, 2, &set.terms);
+        const double tol = fx.find(".f32") != std::string::npos ? 1e-3 : 2e-2;
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_LE(test::compare_rows(got, want, V).d_max, tol);
+        // the adapters change llama.cpp's logits well beyond that tolerance
+        EXPECT_GT(test::compare_rows(test::read_f32(test::fixture_path(fx + ".logits.f32")), want, V).d_max, 5 * tol);
+    }
+}
