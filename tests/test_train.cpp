@@ -50,6 +50,25 @@ std::vector<Window> random_windows(int n, int64_t T, int64_t n_vocab, uint64_t s
     return out;
 }
 
+// A trainer over two random windows of 16 tokens at lr 1e-2: the small runs
+// several tests step and evaluate.
+struct TwoWindowRun {
+    Engine engine{2};
+    TrainerOptions to;
+    std::unique_ptr<Trainer> tr;
+    std::vector<Window> windows;
+    std::vector<const Window *> batch;
+    TwoWindowRun(TrainableModel &m, int64_t n_vocab, uint64_t seed) {
+        to.n_ctx = 16;
+        to.seqs_per_ubatch = 2;
+        to.opt.lr = 1e-2f;
+        tr = std::make_unique<Trainer>(engine, m, to);
+        windows = random_windows(2, to.n_ctx, n_vocab, seed);
+        batch = {&windows[0], &windows[1]};
+    }
+    double step() { return tr->step(batch, to.opt.lr).loss; }
+};
+
 void put(ggml_tensor *t, const std::vector<float> &v) { ggml_backend_tensor_set(t, v.data(), 0, v.size() * sizeof(float)); }
 
 // Checks every parameter's gradient g along a direction d: g . d against
@@ -258,22 +277,15 @@ TEST(Train, PaddedVocabularyStaysInsideTraining) {
     ASSERT_EQ(model->config().n_vocab, 300);
     auto m = TrainableModel::full(*model);
     EXPECT_EQ(m->params().find("token_embd.weight")->value->ne[1], 304);
-    Engine engine(2);
-    TrainerOptions to;
-    to.n_ctx = 16;
-    to.seqs_per_ubatch = 2;
-    to.opt.lr = 1e-2f;
-    Trainer tr(engine, *m, to);
-    std::vector<Window> windows = random_windows(2, to.n_ctx, 300, 5);
-    std::vector<const Window *> batch{&windows[0], &windows[1]};
-    for (int i = 0; i < 3; ++i) tr.step(batch, to.opt.lr);
+    TwoWindowRun run(*m, 300, 5);
+    for (int i = 0; i < 3; ++i) run.step();
     const std::string out = (scratch_dir() / "padded-vocab.gguf").string();
     m->write(out);
     auto trained = Model::load(out);
     EXPECT_EQ(trained->config().n_vocab, 300);
-    const double trained_loss = tr.evaluate(windows);
-    EXPECT_NEAR(inference_cross_entropy(*trained, windows), trained_loss, 2e-4 * trained_loss);
-    EXPECT_LT(trained_loss, inference_cross_entropy(*model, windows) - 0.1);
+    const double trained_loss = run.tr->evaluate(run.windows);
+    EXPECT_NEAR(inference_cross_entropy(*trained, run.windows), trained_loss, 2e-4 * trained_loss);
+    EXPECT_LT(trained_loss, inference_cross_entropy(*model, run.windows) - 0.1);
 }
 
 TEST(Train, ProjectionLensFoldsIntoTheWrittenEmbedding) {
@@ -290,24 +302,17 @@ TEST(Train, ProjectionLensFoldsIntoTheWrittenEmbedding) {
         EXPECT_EQ(m->params().find("token_embd.weight"), nullptr);
         ASSERT_NE(m->params().find("lens.proj"), nullptr);
         EXPECT_EQ(m->params().find("lens.proj")->value->ne[0], 32);
-        Engine engine(2);
-        TrainerOptions to;
-        to.n_ctx = 16;
-        to.seqs_per_ubatch = 2;
-        to.opt.lr = 1e-2f;
-        Trainer tr(engine, *m, to);
-        std::vector<Window> windows = random_windows(2, to.n_ctx, 280, 6);
-        std::vector<const Window *> batch{&windows[0], &windows[1]};
-        const double first = tr.evaluate(windows);
-        for (int i = 0; i < 4; ++i) tr.step(batch, to.opt.lr);
-        const double trained = tr.evaluate(windows);
+        TwoWindowRun run(*m, 280, 6);
+        const double first = run.tr->evaluate(run.windows);
+        for (int i = 0; i < 4; ++i) run.step();
+        const double trained = run.tr->evaluate(run.windows);
         EXPECT_LT(trained, first - 0.1);
         // written out, the lens is the embedding: the file's logits are the trainer's
         const std::string out = (scratch_dir() / (tied ? "lens-tied.gguf" : "lens.gguf")).string();
         m->write(out);
         auto written = Model::load(out);
         EXPECT_EQ(written->weights().tied_output, tied);
-        EXPECT_NEAR(inference_cross_entropy(*written, windows), trained, 2e-4 * trained);
+        EXPECT_NEAR(inference_cross_entropy(*written, run.windows), trained, 2e-4 * trained);
     }
     // a donor with another vocabulary
     auto model = Model::load(tiny_model("llama"), trainable_load_options());
@@ -351,16 +356,9 @@ TEST(Train, SameSeedSameLossCurve) {
     auto run = [] {
         auto model = Model::load(tiny_model("llama"), trainable_load_options());
         auto m = TrainableModel::full(*model);
-        Engine engine(2);
-        TrainerOptions to;
-        to.n_ctx = 16;
-        to.seqs_per_ubatch = 2;
-        to.opt.lr = 1e-2f;
-        Trainer tr(engine, *m, to);
-        std::vector<Window> windows = random_windows(2, to.n_ctx, model->config().n_vocab, 1);
-        std::vector<const Window *> ptrs{&windows[0], &windows[1]};
+        TwoWindowRun run(*m, model->config().n_vocab, 1);
         std::vector<double> losses;
-        for (int s = 0; s < 5; ++s) losses.push_back(tr.step(ptrs, to.opt.lr).loss);
+        for (int s = 0; s < 5; ++s) losses.push_back(run.step());
         return losses;
     };
     const std::vector<double> a = run(), b = run();
