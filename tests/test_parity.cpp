@@ -123,6 +123,55 @@ TEST_P(Parity, SequenceModeWithoutCache) {
     expect_within_tolerance(r, eval_sequence(*model, r.tokens, 2), "sequence");
 }
 
+// Several sequences in one cache, their tokens interleaved in shared batches
+// (continuous batching: a new sequence's prompt joins others mid-way; a
+// finished sequence is removed and its cells reused): the fixture's own
+// sequence still gives llama.cpp's logits, and the others the logits they
+// give alone.
+TEST_P(Parity, SequencesSharingBatchesGiveTheirLogitsAlone) {
+    Reference r = load_reference(GetParam());
+    auto model = Model::load(test::shared_path(GetParam().dir + "/" + r.meta["model"].get<std::string>()));
+    const std::vector<int32_t> &a = r.tokens;
+    const size_t n = a.size();
+    const std::vector<int32_t> b(a.rbegin(), a.rbegin() + (long)(n * 5 / 8)), c(a.begin() + (long)(n / 5), a.begin() + (long)(n * 4 / 5));
+    const std::vector<const std::vector<int32_t> *> seqs{&a, &b, &c};
+    // phases: [sequence, first token, end] spans decoded together
+    struct Span {
+        int seq;
+        size_t from, to;
+    };
+    const size_t nb = b.size(), nc = c.size();
+    const std::vector<std::vector<Span>> phases{{{0, 0, n * 2 / 5}, {1, 0, nb * 2 / 5}},
+                                                {{0, n * 2 / 5, n * 3 / 5}, {1, nb * 2 / 5, nb}, {2, 0, nc / 2}},
+                                                {{0, n * 3 / 5, n}, {2, nc / 2, nc}}};
+    Session s(*model, options_for(r));
+    std::vector<std::vector<float>> got(3);
+    const int64_t V = s.n_vocab();
+    for (size_t ph = 0; ph < phases.size(); ++ph) {
+        if (ph == 2) s.kv().remove(1);  // b is done: its cells are free for the others
+        Batch batch;
+        std::vector<int> row_seq;
+        for (const Span &sp : phases[ph]) {
+            for (size_t i = sp.from; i < sp.to; ++i) {
+                batch.add((*seqs[sp.seq])[i], (int32_t)i, sp.seq, true);
+                row_seq.push_back(sp.seq);
+            }
+        }
+        s.decode(batch);
+        for (size_t row = 0; row < row_seq.size(); ++row) {
+            got[row_seq[row]].insert(got[row_seq[row]].end(), s.logits().begin() + row * V, s.logits().begin() + (row + 1) * V);
+        }
+    }
+    EXPECT_EQ(s.kv().n_used(), (int64_t)(n + nc));
+    expect_within_tolerance(r, got[0], "sequence 0 of 3");
+    for (int q : {1, 2}) {
+        Session alone(*model, options_for(r));
+        alone.eval(*seqs[q], true);
+        const test::RowStats d = compare_rows(got[q], alone.logits(), r.n_vocab);
+        EXPECT_LE(d.d_max, r.strict ? 1e-4 : 2e-2) << "sequence " << q;
+    }
+}
+
 TEST_P(Parity, GreedyContinuation) {
     Reference r = load_reference(GetParam());
     if (!r.strict) GTEST_SKIP() << "greedy equality is not required for quantized weights/caches or flash attention";

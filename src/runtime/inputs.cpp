@@ -21,6 +21,10 @@ void set_causal_mask(ggml_tensor *mask, std::span<const int32_t> q_pos, int64_t 
             f[i * n_kv + j] = hidden ? -INFINITY : 0.0f;
         }
     }
+    upload_mask(mask, f);
+}
+
+void upload_mask(ggml_tensor *mask, const std::vector<float> &f) {
     if (mask->type == GGML_TYPE_F32) {
         ggml_backend_tensor_set(mask, f.data(), 0, f.size() * sizeof(float));
     } else {
@@ -46,13 +50,15 @@ void check_tokens(const Model &model, std::span<const int32_t> tokens, int64_t f
 }
 
 void set_forward_inputs(const graph::ForwardGraph &g, const Config &c, std::span<const int32_t> tokens,
-                        std::span<const int32_t> pos) {
+                        std::span<const int32_t> pos, bool causal_masks) {
     ggml_backend_tensor_set(g.tokens, tokens.data(), 0, tokens.size() * sizeof(int32_t));
     ggml_backend_tensor_set(g.pos, pos.data(), 0, pos.size() * sizeof(int32_t));
-    // several sequences of the same positions share one mask of their length
-    const std::span<const int32_t> q_pos = pos.first(g.mask->ne[1]);
-    set_causal_mask(g.mask, q_pos, 0);
-    if (g.mask_swa) set_causal_mask(g.mask_swa, q_pos, c.n_swa);
+    if (causal_masks) {
+        // several sequences of the same positions share one mask of their length
+        const std::span<const int32_t> q_pos = pos.first(g.mask->ne[1]);
+        set_causal_mask(g.mask, q_pos, 0);
+        if (g.mask_swa) set_causal_mask(g.mask_swa, q_pos, c.n_swa);
+    }
     if (g.rope_freqs) {
         ggml_backend_tensor_set(g.rope_freqs, c.rope.freq_factors.data(), 0, c.rope.freq_factors.size() * sizeof(float));
     }

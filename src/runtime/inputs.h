@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace toy {
 
@@ -18,15 +19,19 @@ namespace toy {
 // sees cells j <= q_pos[i], and with n_swa > 0 only those less than n_swa
 // positions back.
 void set_causal_mask(ggml_tensor *mask, std::span<const int32_t> q_pos, int64_t n_swa);
+// Uploads mask values (0 or -inf, row-major [n_queries][n_kv]) to `mask`, F32 or F16.
+void upload_mask(ggml_tensor *mask, const std::vector<float> &f);
 
 // Throws a toy::Error unless every token id is in the vocabulary and, for
 // learned positions, positions first_pos .. first_pos+n-1 are in the table.
 void check_tokens(const Model &model, std::span<const int32_t> tokens, int64_t first_pos);
 
-// Uploads tokens, their positions, the causal (and sliding-window) masks and
-// computed rope factors. Cache indices and output rows are the caller's.
+// Uploads tokens, their positions, computed rope factors and, with
+// causal_masks (sequence mode: cell j == position j), the causal and
+// sliding-window masks. Cache indices, output rows and the masks of a cache
+// (KvCache::fill_mask) are the caller's.
 void set_forward_inputs(const graph::ForwardGraph &g, const Config &c, std::span<const int32_t> tokens,
-                        std::span<const int32_t> pos);
+                        std::span<const int32_t> pos, bool causal_masks = true);
 
 // A graph's inputs in a buffer of their own, each on a cache-line boundary.
 // Left to the graph allocator, a 4-byte input (one output row id, one token)

@@ -1,12 +1,16 @@
-// Session: a model, a backend + scheduler, a KV cache and the graphs that
-// run them. Evaluates batches of tokens at the current position and keeps
-// the logits of the rows asked for.
+// Session: a model, an engine (backend + thread pool) and scheduler, a KV
+// cache and the graphs that run them. decode() evaluates a Batch of tokens of
+// any sequences (runtime/batch.h, runtime/kv_cache.h); eval() is the
+// single-sequence form (sequence 0 at the current position). Both keep the
+// logits of the rows asked for.
 #pragma once
 
 #include "graph/forward.h"
 #include "model/model.h"
+#include "runtime/batch.h"
 #include "runtime/engine.h"
 #include "runtime/inputs.h"
+#include "runtime/kv_cache.h"
 #include "runtime/trace.h"
 
 #include <ggml-backend.h>
@@ -53,14 +57,21 @@ public:
     // Keeps the logits of every token (all_logits) or of the last one only.
     void eval(std::span<const int32_t> tokens, bool all_logits = false);
 
-    // Logits of the last eval: rows x n_vocab (one row unless all_logits).
+    // Evaluates a batch of tokens of any sequences, split in ubatches; keeps
+    // the logits of the tokens whose output flag is set, in batch order.
+    // Throws toy::Error (leaving the cache as it was) when a token is out of
+    // range or the cache has too few free cells.
+    void decode(const Batch &b);
+
+    // Logits of the last eval/decode: rows x n_vocab (one row unless all_logits).
     const std::vector<float> &logits() const { return logits_; }
     const float *last_logits() const { return logits_.data() + logits_.size() - n_vocab(); }
     int64_t n_vocab() const { return model_.config().n_vocab; }
 
-    int64_t n_past() const { return n_past_; }
+    int64_t n_past() const { return kv_->pos_max(0) + 1; }  // sequence 0's next position
     int64_t n_ctx() const { return n_ctx_; }
     void reset();                 // forget the cache (positions start at 0 again)
+    KvCache &kv() { return *kv_; }
     KvStats kv_stats() const;
     bool flash_attn() const { return flash_attn_; }
     const std::vector<std::string> &notes() const { return notes_; }  // decisions worth telling the user
@@ -68,25 +79,21 @@ public:
     int graphs_built() const { return graphs_built_; }
 
 private:
-    void eval_ubatch(std::span<const int32_t> tokens, int64_t n_outputs, float *out);
+    void decode_ubatch(const Batch &ub, float *out);
     void build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs);
-    void set_inputs(std::span<const int32_t> tokens, int64_t n_outputs);
+    void set_inputs(const Batch &ub, std::span<const int64_t> cells, std::span<const int32_t> out_rows);
 
     const Model &model_;
     SessionOptions opts_;
     int64_t n_ctx_ = 0;
     int64_t n_ubatch_ = 0;
-    int64_t n_past_ = 0;
     bool flash_attn_ = false;
     std::vector<std::string> notes_;
 
     std::unique_ptr<Engine> engine_;
     ggml_backend_sched_t sched_ = nullptr;
 
-    // KV cache
-    ggml_context *kv_ctx_ = nullptr;
-    ggml_backend_buffer_t kv_buf_ = nullptr;
-    graph::KvBinding kv_;
+    std::unique_ptr<KvCache> kv_;
 
     // the current graph, reused while its shape does not change
     ggml_context *graph_ctx_ = nullptr;

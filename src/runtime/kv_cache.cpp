@@ -1,0 +1,126 @@
+#include "runtime/kv_cache.h"
+
+#include "core/error.h"
+#include "runtime/inputs.h"
+
+#include <ggml-backend.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace toy {
+namespace {
+
+void check_cache_type(ggml_type t, const char *flag) {
+    if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_Q8_0) {
+        fail("{}: expected f32, f16 or q8_0, found {}", flag, ggml_type_name(t));
+    }
+}
+
+}  // namespace
+
+KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans)
+    : cells_((size_t)n_ctx), type_k_(type_k), type_v_(type_v) {
+    check_cache_type(type_k, "-ctk");
+    check_cache_type(type_v, "-ctv");
+    if (ggml_is_quantized(type_k) && c.n_embd_k_gqa() % ggml_blck_size(type_k) != 0) {
+        fail("-ctk {}: K rows of {} values are not a multiple of its block size {}", ggml_type_name(type_k), c.n_embd_k_gqa(),
+             ggml_blck_size(type_k));
+    }
+    // one K and one V tensor per layer, in one zeroed buffer (masked cells are
+    // multiplied by zero weights; they must not hold NaNs)
+    ggml_init_params ip{(size_t)(2 * c.n_layer + 2) * ggml_tensor_overhead(), nullptr, true};
+    ctx_ = ggml_init(ip);
+    kv_.kv_size = n_ctx;
+    kv_.v_trans = v_trans;
+    for (int il = 0; il < c.n_layer; ++il) {
+        ggml_tensor *k = ggml_new_tensor_2d(ctx_, type_k, c.n_embd_k_gqa(), n_ctx);
+        ggml_tensor *v = v_trans ? ggml_new_tensor_2d(ctx_, type_v, n_ctx, c.n_embd_v_gqa())
+                                 : ggml_new_tensor_2d(ctx_, type_v, c.n_embd_v_gqa(), n_ctx);
+        ggml_format_name(k, "cache_k_l%d", il);
+        ggml_format_name(v, "cache_v_l%d", il);
+        kv_.k.push_back(k);
+        kv_.v.push_back(v);
+    }
+    buf_ = ggml_backend_alloc_ctx_tensors(ctx_, engine.backend());
+    if (!buf_) {
+        ggml_free(ctx_);
+        fail("could not allocate the KV cache ({} cells)", n_ctx);
+    }
+    ggml_backend_buffer_clear(buf_, 0);
+}
+
+KvCache::~KvCache() {
+    if (buf_) ggml_backend_buffer_free(buf_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+int64_t KvCache::n_used() const {
+    return std::count_if(cells_.begin(), cells_.end(), [](const Cell &c) { return c.pos >= 0; });
+}
+
+size_t KvCache::bytes() const { return ggml_backend_buffer_get_size(buf_); }
+
+std::vector<int64_t> KvCache::find_slot(const Batch &b) const {
+    std::vector<int64_t> out;
+    out.reserve((size_t)b.size());
+    for (int64_t j = 0; j < size() && (int64_t)out.size() < b.size(); ++j) {
+        if (cells_[(size_t)j].pos < 0) out.push_back(j);
+    }
+    if ((int64_t)out.size() < b.size()) {
+        fail("context overflow: {} tokens need cells, {} of the context's {} are free (raise -c)", b.size(), out.size(), size());
+    }
+    return out;
+}
+
+void KvCache::check(const Batch &b) {
+    for (int32_t s : b.seq)
+        if (s < 0 || s >= kMaxSeqs) fail("sequence id {}: expected 0 to {}", s, kMaxSeqs - 1);
+}
+
+void KvCache::store(const Batch &b, std::span<const int64_t> cells) {
+    check(b);
+    for (int64_t i = 0; i < b.size(); ++i) {
+        Cell &c = cells_[(size_t)cells[i]];
+        c.pos = b.pos[i];
+        c.seqs = uint64_t{1} << b.seq[i];
+    }
+}
+
+void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
+    for (Cell &c : cells_) {
+        if (c.pos < p0 || c.pos >= p1) continue;
+        c.seqs = seq < 0 ? 0 : c.seqs & ~(uint64_t{1} << seq);
+        if (c.seqs == 0) c.pos = -1;
+    }
+}
+
+int32_t KvCache::pos_max(int32_t seq) const {
+    int32_t p = -1;
+    for (const Cell &c : cells_)
+        if (c.pos >= 0 && (c.seqs >> seq & 1)) p = std::max(p, c.pos);
+    return p;
+}
+
+int64_t KvCache::n_active() const {
+    for (int64_t j = size() - 1; j >= 0; --j)
+        if (cells_[(size_t)j].pos >= 0) return j + 1;
+    return 0;
+}
+
+void KvCache::fill_mask(ggml_tensor *mask, const Batch &b, int64_t n_swa) const {
+    const int64_t n_kv = mask->ne[0];
+    std::vector<float> f((size_t)(n_kv * b.size()), -INFINITY);
+    for (int64_t i = 0; i < b.size(); ++i) {
+        const uint64_t bit = uint64_t{1} << b.seq[i];
+        const int32_t p = b.pos[i];
+        for (int64_t j = 0; j < n_kv; ++j) {
+            const Cell &c = cells_[(size_t)j];
+            const bool seen = c.pos >= 0 && (c.seqs & bit) && c.pos <= p && !(n_swa > 0 && p - c.pos >= n_swa);
+            if (seen) f[(size_t)(i * n_kv + j)] = 0.0f;
+        }
+    }
+    upload_mask(mask, f);
+}
+
+}  // namespace toy

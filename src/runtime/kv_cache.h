@@ -1,0 +1,73 @@
+// KvCache: the K and V of every layer for n_ctx cells, and what each cell
+// holds — a position and the set of sequences that see it (a shared prompt
+// prefix is one cell seen by several sequences). Finding cells for a batch,
+// removing a sequence's cells and building the attention masks from cells
+// (not positions) is what lets several sequences share one cache.
+#pragma once
+
+#include "graph/forward.h"
+#include "model/config.h"
+#include "runtime/batch.h"
+#include "runtime/engine.h"
+
+#include <ggml.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace toy {
+
+class KvCache {
+public:
+    static constexpr int kMaxSeqs = 64;
+
+    // Throws toy::Error for an unsupported cache type or a failed allocation.
+    KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans);
+    ~KvCache();
+    KvCache(const KvCache &) = delete;
+    KvCache &operator=(const KvCache &) = delete;
+
+    const graph::KvBinding &binding() const { return kv_; }
+    int64_t size() const { return (int64_t)cells_.size(); }
+    int64_t n_used() const;
+    size_t bytes() const;
+    ggml_type type_k() const { return type_k_; }
+    ggml_type type_v() const { return type_v_; }
+
+    // Free cells for the batch's tokens, in order (lowest first), without
+    // taking them; throws toy::Error naming the shortfall when there are too
+    // few. store() then marks them as the tokens' (before the graph that
+    // writes their K and V runs, so the masks include them).
+    std::vector<int64_t> find_slot(const Batch &b) const;
+    // Throws toy::Error unless every sequence id is in 0 .. kMaxSeqs - 1.
+    static void check(const Batch &b);
+    void store(const Batch &b, std::span<const int64_t> cells);
+
+    // Forgets sequence `seq`'s cells with positions in [p0, p1) (seq < 0:
+    // every sequence's). A cell no sequence sees any more is free.
+    void remove(int32_t seq, int32_t p0 = 0, int32_t p1 = INT32_MAX);
+    void clear() { remove(-1); }
+    // The highest position `seq` holds, -1 when it holds none.
+    int32_t pos_max(int32_t seq) const;
+    // Cells a graph must attend: one past the highest used cell.
+    int64_t n_active() const;
+
+    // mask [n_kv, n_tokens] (F32 or F16): 0 where batch token i may attend
+    // cell j — j holds i's sequence at a position <= i's (and, n_swa > 0,
+    // fewer than n_swa positions back) — and -inf elsewhere.
+    void fill_mask(ggml_tensor *mask, const Batch &b, int64_t n_swa) const;
+
+private:
+    struct Cell {
+        int32_t pos = -1;   // -1: free
+        uint64_t seqs = 0;  // bit s: sequence s sees this cell
+    };
+    std::vector<Cell> cells_;
+    ggml_type type_k_, type_v_;
+    ggml_context *ctx_ = nullptr;
+    ggml_backend_buffer_t buf_ = nullptr;
+    graph::KvBinding kv_;
+};
+
+}  // namespace toy
