@@ -172,6 +172,30 @@ TEST_P(Parity, SequencesSharingBatchesGiveTheirLogitsAlone) {
     }
 }
 
+// A prompt prefix cached for one sequence, shared by another (KvCache::copy):
+// the second sequence decodes only its own continuation and gets the logits
+// of its whole prompt evaluated alone; removing the first keeps the shared
+// cells for the second.
+TEST_P(Parity, SharedPrefixGivesTheLogitsOfTheWholePrompt) {
+    Reference r = load_reference(GetParam());
+    auto model = Model::load(test::shared_path(GetParam().dir + "/" + r.meta["model"].get<std::string>()));
+    const size_t n = r.tokens.size(), prefix = n / 2;
+    std::vector<int32_t> other(r.tokens.begin(), r.tokens.begin() + (long)prefix);
+    for (size_t i = prefix; i < n; ++i) other.push_back(r.tokens[n - 1 - (i - prefix)]);  // a different continuation
+    Session s(*model, options_for(r));
+    s.eval(r.tokens);  // sequence 0: the whole fixture prompt
+    s.kv().copy(0, 1, 0, (int32_t)prefix);
+    s.kv().remove(0);
+    EXPECT_EQ(s.kv().n_used(), (int64_t)prefix);
+    Batch rest;
+    for (size_t i = prefix; i < n; ++i) rest.add(other[i], (int32_t)i, 1, true);
+    s.decode(rest);
+    Session alone(*model, options_for(r));
+    alone.eval(other, true);
+    const std::vector<float> want(alone.logits().begin() + (long)(prefix * r.n_vocab), alone.logits().end());
+    EXPECT_LE(compare_rows(s.logits(), want, r.n_vocab).d_max, r.strict ? 1e-4 : 2e-2);
+}
+
 TEST_P(Parity, GreedyContinuation) {
     Reference r = load_reference(GetParam());
     if (!r.strict) GTEST_SKIP() << "greedy equality is not required for quantized weights/caches or flash attention";

@@ -95,6 +95,13 @@ void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
     }
 }
 
+void KvCache::copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    for (int32_t s : {src, dst})
+        if (s < 0 || s >= kMaxSeqs) fail("sequence id {}: expected 0 to {}", s, kMaxSeqs - 1);
+    for (Cell &c : cells_)
+        if (c.pos >= p0 && c.pos < p1 && (c.seqs >> src & 1)) c.seqs |= uint64_t{1} << dst;
+}
+
 int32_t KvCache::pos_max(int32_t seq) const {
     int32_t p = -1;
     for (const Cell &c : cells_)

@@ -48,6 +48,9 @@ public:
     // every sequence's). A cell no sequence sees any more is free.
     void remove(int32_t seq, int32_t p0 = 0, int32_t p1 = INT32_MAX);
     void clear() { remove(-1); }
+    // Makes sequence `dst` see `src`'s cells with positions in [p0, p1): a
+    // cached prompt prefix shared without copying K or V.
+    void copy(int32_t src, int32_t dst, int32_t p0 = 0, int32_t p1 = INT32_MAX);
     // The highest position `seq` holds, -1 when it holds none.
     int32_t pos_max(int32_t seq) const;
     // Cells a graph must attend: one past the highest used cell.
