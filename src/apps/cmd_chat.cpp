@@ -8,6 +8,7 @@
 #include "apps/session_options.h"
 #include "core/error.h"
 #include "text/chat_template.h"
+#include "text/generation.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
 
@@ -177,29 +178,24 @@ int run_chat(const ChatOptions &o) {
         for (int32_t t : prompt) sampler.accept(t);
         chat.commit(turn);
 
-        // Every token printed has been evaluated, so the cache always holds
-        // exactly the history's text.
-        text::Detokenizer stream(vocab);
+        // Every token shown is evaluated, the last one included, so the cache
+        // always holds exactly the history's text.
+        const int64_t room = n_ctx - session.n_past();
+        const int64_t limit = o.n_predict < 0 ? room : std::min<int64_t>(o.n_predict, room);
+        text::Generation gen(&vocab, sampler, {limit, false, {}});
         std::string reply;
-        int n_gen = 0;
-        bool full = false;
         const auto t_gen = Clock::now();
-        while (!g_interrupted.load() && (o.n_predict < 0 || n_gen < o.n_predict)) {
-            const int32_t next = sampler.sample({session.last_logits(), (size_t)session.n_vocab()});
-            sampler.accept(next);
-            if (vocab.is_eog(next)) break;
-            if (session.n_past() >= n_ctx) {
-                full = true;
-                break;
-            }
-            session.eval(std::span<const int32_t>(&next, 1));
-            ++n_gen;
-            const std::string piece = stream.push(next);
-            reply += piece;
-            out(piece);
+        while (!g_interrupted.load()) {
+            const text::Step st = gen.next({session.last_logits(), (size_t)session.n_vocab()});
+            if (st.token >= 0) session.eval(std::span<const int32_t>(&st.token, 1));
+            reply += st.text;
+            out(st.text);
+            if (st.done) break;
         }
         const double gen_ms = ms_since(t_gen);
-        const std::string rest = stream.flush();
+        const int n_gen = (int)gen.tokens().size();
+        const bool full = gen.reason() == text::StopReason::Length && limit == room && (o.n_predict < 0 || room < o.n_predict);
+        const std::string rest = gen.flush();
         reply += rest;
         out(rest + "\n");
         chat.add_reply(reply);

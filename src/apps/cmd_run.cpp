@@ -2,6 +2,7 @@
 #include "apps/cli.h"
 #include "apps/session_options.h"
 #include "core/error.h"
+#include "text/generation.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
 
@@ -70,11 +71,8 @@ int run_generate(const RunOptions &o) {
 
     text::Sampler sampler(o.sampling);
     for (int32_t t : prompt) sampler.accept(t);
-    std::unique_ptr<text::Detokenizer> stream;
     std::string all_text;
-    auto emit = [&](int32_t id) {
-        if (!vocab) return;
-        std::string piece = stream->push(id);
+    auto show = [&](const std::string &piece) {
         all_text += piece;
         if (!o.json) {
             std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -82,34 +80,31 @@ int run_generate(const RunOptions &o) {
         }
     };
     if (vocab) {
-        stream = std::make_unique<text::Detokenizer>(*vocab, o.special);
-        for (int32_t t : prompt) emit(t);  // echo the prompt, as llama.cpp's completion tool does
+        // echo the prompt, as llama.cpp's completion tool does
+        text::Detokenizer echo(*vocab, o.special);
+        for (int32_t t : prompt) show(echo.push(t));
+        show(echo.flush());
     }
 
     const auto t_prompt = Clock::now();
     session.eval(prompt);
     const double prompt_ms = ms_since(t_prompt);
 
-    std::vector<int32_t> generated;
+    text::Generation gen(vocab.get(), sampler, {n_gen, o.ignore_eos, {}}, o.special);
     const auto t_gen = Clock::now();
-    for (int64_t i = 0; i < n_gen; ++i) {
-        const int32_t next = sampler.sample({session.last_logits(), (size_t)session.n_vocab()});
-        sampler.accept(next);
-        if (vocab && !o.ignore_eos && vocab->is_eog(next)) break;
-        generated.push_back(next);
-        if (as_ids && !o.json) {
-            std::printf(i ? " %d" : "%d", next);
+    for (;;) {
+        const text::Step st = gen.next({session.last_logits(), (size_t)session.n_vocab()});
+        if (st.token >= 0 && as_ids && !o.json) {
+            std::printf(gen.tokens().size() > 1 ? " %d" : "%d", st.token);
             std::fflush(stdout);
         }
-        emit(next);
-        if (i + 1 < n_gen) session.eval(std::span<const int32_t>(&next, 1));
+        show(st.text);
+        if (st.done) break;
+        session.eval(std::span<const int32_t>(&st.token, 1));
     }
     const double gen_ms = ms_since(t_gen);
-    if (stream) {
-        std::string rest = stream->flush();
-        all_text += rest;
-        if (!o.json) std::fwrite(rest.data(), 1, rest.size(), stdout);
-    }
+    show(gen.flush());
+    const std::vector<int32_t> &generated = gen.tokens();
     const double pp_tps = prompt.size() / (prompt_ms / 1000.0);
     const double tg_tps = generated.empty() ? 0.0 : generated.size() / (gen_ms / 1000.0);
     if (o.json) {

@@ -1,0 +1,79 @@
+#include "text/generation.h"
+
+#include <algorithm>
+
+namespace toy::text {
+
+const char *stop_reason_name(StopReason r) { return r == StopReason::Length ? "length" : "stop"; }
+
+Generation::Generation(const Vocab *vocab, Sampler &sampler, GenerationLimits limits, bool special)
+    : vocab_(vocab), sampler_(sampler), limits_(std::move(limits)) {
+    if (vocab_) detok_ = std::make_unique<Detokenizer>(*vocab_, special);
+    std::erase(limits_.stop, std::string());
+}
+
+Step Generation::next(std::span<const float> logits) {
+    Step st;
+    if (reason_ != StopReason::None) {
+        st.done = true;
+        return st;
+    }
+    if (limits_.max_tokens >= 0 && (int64_t)tokens_.size() >= limits_.max_tokens) {
+        reason_ = StopReason::Length;
+        st.done = true;
+        return st;
+    }
+    const int32_t token = sampler_.sample(logits);
+    sampler_.accept(token);
+    if (vocab_ && !limits_.ignore_eos && vocab_->is_eog(token)) {
+        reason_ = StopReason::EndOfGeneration;
+        st.done = true;
+        return st;
+    }
+    st.token = token;
+    tokens_.push_back(token);
+    if (detok_) {
+        pending_ += detok_->push(token);
+        // the earliest stop string in the text not yet shown ends it there
+        size_t cut = std::string::npos;
+        for (const std::string &s : limits_.stop) cut = std::min(cut, pending_.find(s));
+        if (cut != std::string::npos) {
+            st.text = pending_.substr(0, cut);
+            pending_.clear();
+            reason_ = StopReason::StopString;
+            st.done = true;
+            return st;
+        }
+        st.text = release();
+    }
+    if (limits_.max_tokens >= 0 && (int64_t)tokens_.size() >= limits_.max_tokens) {
+        reason_ = StopReason::Length;
+        st.done = true;
+    }
+    return st;
+}
+
+std::string Generation::release() {
+    // hold back the longest tail of pending_ that is a proper prefix of a stop string
+    size_t hold = 0;
+    for (const std::string &s : limits_.stop) {
+        for (size_t n = std::min(s.size() - 1, pending_.size()); n > hold; --n) {
+            if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
+                hold = n;
+                break;
+            }
+        }
+    }
+    std::string out = pending_.substr(0, pending_.size() - hold);
+    pending_.erase(0, pending_.size() - hold);
+    return out;
+}
+
+std::string Generation::flush() {
+    if (reason_ == StopReason::StopString || !detok_) return "";
+    std::string out = pending_ + detok_->flush();
+    pending_.clear();
+    return out;
+}
+
+}  // namespace toy::text

@@ -1,0 +1,61 @@
+// Generation: what happens to one sequence's output token by token — sample
+// from the logits, end on an end-of-generation token, a token limit or a stop
+// string, and turn tokens into text that is safe to show: whole UTF-8
+// characters, with any tail that could still become a stop string held back
+// until it cannot. It does not evaluate anything: `toy run` and `toy chat`
+// drive one with a Session, the server one per sequence of a shared batch.
+#pragma once
+
+#include "text/sampler.h"
+#include "text/vocab.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace toy::text {
+
+enum class StopReason { None, EndOfGeneration, Length, StopString };
+const char *stop_reason_name(StopReason r);  // "stop" for end of generation and stop strings, "length"
+
+struct GenerationLimits {
+    int64_t max_tokens = -1;          // < 0: no limit
+    bool ignore_eos = false;          // end-of-generation tokens are generated like any other
+    std::vector<std::string> stop;    // text that ends generation; it is not part of the output
+};
+
+struct Step {
+    int32_t token = -1;  // the token chosen, -1 when none (end of generation, or the limit was already reached)
+    std::string text;    // text that became safe to show with it (may be empty)
+    bool done = false;   // nothing follows; `token`, if any, need not be evaluated
+};
+
+class Generation {
+public:
+    // vocab null: ids only (no text, no end-of-generation check, no stop strings).
+    Generation(const Vocab *vocab, Sampler &sampler, GenerationLimits limits, bool special = false);
+
+    // Picks the next token from the logits of the last one evaluated.
+    Step next(std::span<const float> logits);
+    // At the end: text still held back (an incomplete character; a tail that
+    // could have begun a stop string). Empty after a stop string.
+    std::string flush();
+
+    const std::vector<int32_t> &tokens() const { return tokens_; }
+    StopReason reason() const { return reason_; }
+
+private:
+    // Text of `pending_` that no stop string can still claim, removed from it.
+    std::string release();
+
+    const Vocab *vocab_;
+    Sampler &sampler_;
+    GenerationLimits limits_;
+    std::unique_ptr<Detokenizer> detok_;
+    std::string pending_;
+    std::vector<int32_t> tokens_;
+    StopReason reason_ = StopReason::None;
+};
+
+}  // namespace toy::text
