@@ -1,0 +1,235 @@
+#include "serve/scheduler.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+
+namespace toy::serve {
+
+bool Stream::next(Event &ev) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !events_.empty() || finished_; });
+    if (events_.empty()) return false;
+    ev = std::move(events_.front());
+    events_.pop_front();
+    if (ev.done) finished_ = true;
+    return true;
+}
+
+void Stream::cancel() {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+}
+
+bool Stream::cancelled() const {
+    std::lock_guard lock(mu_);
+    return cancelled_;
+}
+
+void Stream::push(Event ev) {
+    {
+        std::lock_guard lock(mu_);
+        events_.push_back(std::move(ev));
+    }
+    cv_.notify_all();
+}
+
+// One sequence of the shared cache: the request it serves, if any, and the
+// tokens its cells hold (kept after a request for the next one's prefix).
+struct Scheduler::Slot {
+    int32_t seq = 0;
+    std::vector<int32_t> cached;     // tokens whose K/V are in this sequence's cells, in order
+    std::shared_ptr<Stream> out;     // null: idle
+    Request req;
+    size_t fed = 0;                  // prompt tokens in the cache
+    int64_t reused = 0;              // of which reused from the previous request
+    std::unique_ptr<text::Sampler> sampler;
+    std::unique_ptr<text::Generation> gen;
+    int32_t next_token = -1;         // generated, to be evaluated next
+    bool active() const { return out != nullptr; }
+};
+
+Scheduler::Scheduler(const Model &model, const text::Vocab &vocab, const SessionOptions &session, const SchedulerOptions &opts)
+    : vocab_(vocab), opts_(opts), session_(model, session) {
+    if (opts.n_slots < 1 || opts.n_slots > KvCache::kMaxSeqs) {
+        fail("-np {}: expected 1 to {} parallel sequences", opts.n_slots, KvCache::kMaxSeqs);
+    }
+    slot_ctx_ = session_.n_ctx() / opts.n_slots;
+    if (model.config().pos == PosKind::Learned) slot_ctx_ = std::min<int64_t>(slot_ctx_, model.config().n_ctx_train);
+    if (slot_ctx_ < 2) fail("-c {} for {} sequences leaves {} tokens each", session_.n_ctx(), opts.n_slots, slot_ctx_);
+    for (int i = 0; i < opts.n_slots; ++i) {
+        slots_.push_back(std::make_unique<Slot>());
+        slots_.back()->seq = i;
+    }
+    stats_.kv_size = session_.n_ctx();
+    thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+    {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+std::shared_ptr<Stream> Scheduler::submit(Request r) {
+    if (r.prompt.empty()) fail("the prompt is empty");
+    if ((int64_t)r.prompt.size() >= slot_ctx_) {
+        fail("the prompt has {} tokens; the context per sequence holds {} (prompt and reply)", r.prompt.size(), slot_ctx_);
+    }
+    for (int32_t t : r.prompt) {
+        if (t < 0 || t >= vocab_.n_tokens()) fail("token id {} is out of range: the vocabulary has {} tokens", t, vocab_.n_tokens());
+    }
+    auto out = std::make_shared<Stream>();
+    {
+        std::lock_guard lock(mu_);
+        if ((int64_t)queue_.size() >= opts_.max_queue) return nullptr;
+        queue_.push_back({std::move(r), out});
+        stats_.requests++;
+        stats_.queued = (int64_t)queue_.size();
+    }
+    cv_.notify_all();
+    return out;
+}
+
+SchedulerStats Scheduler::stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+}
+
+void Scheduler::loop() {
+    for (;;) {
+        {
+            std::unique_lock lock(mu_);
+            // take waiting requests into idle slots
+            for (auto &s : slots_) {
+                if (s->active() || queue_.empty()) continue;
+                Pending p = std::move(queue_.front());
+                queue_.pop_front();
+                lock.unlock();
+                start(*s, std::move(p));
+                lock.lock();
+            }
+            stats_.queued = (int64_t)queue_.size();
+            const bool busy = std::any_of(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
+            if (!busy) {
+                if (stop_) return;
+                cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+                continue;
+            }
+            if (stop_) {
+                lock.unlock();
+                for (auto &s : slots_)
+                    if (s->active()) finish(*s, "error", "the server is shutting down");
+                return;
+            }
+        }
+        try {
+            step();
+        } catch (const Error &e) {
+            // a failed decode leaves the cache as it was: every request in it ends with the error
+            for (auto &s : slots_)
+                if (s->active()) finish(*s, "error", e.what());
+        }
+    }
+}
+
+void Scheduler::start(Slot &s, Pending p) {
+    // reuse the longest common prefix of what the slot's cells hold; at least
+    // one prompt token is evaluated again, for its logits
+    size_t common = 0;
+    while (common < s.cached.size() && common + 1 < p.req.prompt.size() && s.cached[common] == p.req.prompt[common]) ++common;
+    session_.kv().remove(s.seq, (int32_t)common);
+    s.cached.resize(common);
+    s.fed = common;
+    s.reused = (int64_t)common;
+    s.req = std::move(p.req);
+    s.out = std::move(p.out);
+    s.sampler = std::make_unique<text::Sampler>(s.req.sampling);
+    for (int32_t t : s.req.prompt) s.sampler->accept(t);
+    // the reply may use what is left of the slot's context
+    text::GenerationLimits limits = s.req.limits;
+    const int64_t room = slot_ctx_ - (int64_t)s.req.prompt.size();
+    limits.max_tokens = limits.max_tokens < 0 ? room : std::min(limits.max_tokens, room);
+    s.gen = std::make_unique<text::Generation>(&vocab_, *s.sampler, limits);
+    s.next_token = -1;
+}
+
+void Scheduler::finish(Slot &s, const std::string &reason, const std::string &error) {
+    Event ev;
+    if (s.gen && reason != "error") ev.text = s.gen->flush();
+    ev.done = true;
+    ev.finish_reason = reason;
+    ev.error = error;
+    ev.prompt_tokens = (int64_t)s.req.prompt.size();
+    ev.completion_tokens = s.gen ? (int64_t)s.gen->tokens().size() : 0;
+    ev.cached_tokens = s.reused;
+    {
+        std::lock_guard lock(mu_);
+        stats_.prompt_tokens += ev.prompt_tokens;
+        stats_.generated_tokens += ev.completion_tokens;
+        stats_.cached_tokens += ev.cached_tokens;
+    }
+    s.out->push(std::move(ev));
+    s.out.reset();
+    s.gen.reset();
+    s.sampler.reset();
+}
+
+bool Scheduler::step() {
+    // requests whose reader left end here (their cells stay for reuse)
+    for (auto &s : slots_)
+        if (s->active() && s->out->cancelled()) finish(*s, "stop");
+
+    // one token for every generating sequence first, then prompt chunks
+    Batch batch;
+    std::vector<Slot *> row_slot;
+    for (auto &s : slots_) {
+        if (!s->active() || s->next_token < 0) continue;
+        batch.add(s->next_token, (int32_t)s->cached.size(), s->seq, true);
+        s->cached.push_back(s->next_token);
+        s->next_token = -1;
+        row_slot.push_back(s.get());
+    }
+    for (auto &s : slots_) {
+        if (!s->active() || s->fed >= s->req.prompt.size()) continue;
+        while (s->fed < s->req.prompt.size() && batch.size() < opts_.n_batch) {
+            const bool last = s->fed + 1 == s->req.prompt.size();
+            batch.add(s->req.prompt[s->fed], (int32_t)s->fed, s->seq, last);
+            s->cached.push_back(s->req.prompt[s->fed]);
+            s->fed++;
+            if (last) row_slot.push_back(s.get());
+        }
+    }
+    if (batch.size() == 0) return false;
+    {
+        std::lock_guard lock(mu_);
+        stats_.active = std::count_if(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
+    }
+    session_.decode(batch);
+    {
+        std::lock_guard lock(mu_);
+        stats_.kv_used = session_.kv().n_used();
+    }
+    // output rows come in batch order, which is row_slot's order
+    const int64_t V = session_.n_vocab();
+    for (size_t r = 0; r < row_slot.size(); ++r) {
+        Slot &s = *row_slot[r];
+        const text::Step st = s.gen->next({session_.logits().data() + r * V, (size_t)V});
+        if (!st.text.empty()) {
+            Event piece;
+            piece.text = st.text;
+            s.out->push(std::move(piece));
+        }
+        if (st.done) {
+            finish(s, text::stop_reason_name(s.gen->reason()));
+        } else {
+            s.next_token = st.token;
+        }
+    }
+    return true;
+}
+
+}  // namespace toy::serve

@@ -1,0 +1,110 @@
+// Scheduler: serves many requests from one model and one KV cache. A single
+// engine thread runs continuous batching: every step decodes one token for
+// each sequence that is generating and fills the rest of the batch with chunks
+// of waiting prompts, so a new request's prompt joins without stalling the
+// others. Each of the n_slots sequences keeps its cells after a request, and
+// the next request on that slot reuses the longest common prompt prefix.
+// HTTP threads submit() requests and read their Streams.
+#pragma once
+
+#include "runtime/session.h"
+#include "text/generation.h"
+#include "text/sampler.h"
+#include "text/vocab.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace toy::serve {
+
+struct Request {
+    std::vector<int32_t> prompt;
+    text::SamplerParams sampling;
+    text::GenerationLimits limits;
+};
+
+// What a request produces, in order: text pieces, then one last event.
+struct Event {
+    std::string text;
+    bool done = false;            // the last event of the request
+    std::string finish_reason;    // with done: "stop", "length", or "error"
+    std::string error;            // with finish_reason "error"
+    int64_t prompt_tokens = 0;    // with done
+    int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;    // prompt tokens whose cells were reused
+};
+
+// One request's events, written by the engine thread and read by one reader.
+class Stream {
+public:
+    // Blocks for the next event; false once the last one was read.
+    bool next(Event &ev);
+    // The reader went away: the request stops at the engine's next step.
+    void cancel();
+    bool cancelled() const;
+    void push(Event ev);
+
+private:
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Event> events_;
+    bool finished_ = false, cancelled_ = false;
+};
+
+struct SchedulerOptions {
+    int n_slots = 4;              // sequences decoded together (-np)
+    int64_t max_queue = 64;       // requests waiting for a slot; more are refused
+    int64_t n_batch = 512;        // tokens per step at most (prompt chunks fill what decoding leaves)
+};
+
+struct SchedulerStats {
+    int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0;
+    int64_t active = 0, queued = 0, kv_used = 0, kv_size = 0;
+};
+
+class Scheduler {
+public:
+    // The session's context is shared: each slot gets n_ctx / n_slots cells.
+    Scheduler(const Model &model, const text::Vocab &vocab, const SessionOptions &session, const SchedulerOptions &opts);
+    ~Scheduler();
+    Scheduler(const Scheduler &) = delete;
+    Scheduler &operator=(const Scheduler &) = delete;
+
+    // Queues a request. Throws toy::Error for an empty prompt or one that
+    // leaves no room in a slot's context; returns null when the queue is full.
+    std::shared_ptr<Stream> submit(Request r);
+    int64_t context_per_slot() const { return slot_ctx_; }
+    SchedulerStats stats() const;
+
+private:
+    struct Slot;
+    struct Pending {
+        Request req;
+        std::shared_ptr<Stream> out;
+    };
+    void loop();
+    bool step();  // one decode; false when there was nothing to do
+    void start(Slot &s, Pending p);
+    void finish(Slot &s, const std::string &reason, const std::string &error = "");
+
+    const text::Vocab &vocab_;
+    SchedulerOptions opts_;
+    Session session_;
+    int64_t slot_ctx_ = 0;
+    std::vector<std::unique_ptr<Slot>> slots_;
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Pending> queue_;
+    bool stop_ = false;
+    SchedulerStats stats_;
+    std::thread thread_;
+};
+
+}  // namespace toy::serve
