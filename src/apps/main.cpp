@@ -45,13 +45,13 @@ std::vector<int32_t> parse_id_list(const std::string &text, const std::string &f
 namespace {
 
 // llama.cpp spells some flags as multi-letter single-dash names (-ub, -ctk,
-// -ctv, -fa, -sys, and llama-finetune's -lr, -wd, -epochs, -opt, -val-split);
+// -ctv, -fa, -sys, llama-server's -np, and llama-finetune's -lr, -wd, -epochs, -opt, -val-split);
 // CLI11 does not, so they are rewritten to the long names.
 std::vector<std::string> normalize_args(int argc, char **argv) {
     static const std::map<std::string, std::string> kAliases = {
         {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-fa", "--flash-attn"},
         {"-sys", "--system-prompt"}, {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"}, {"-wd", "--weight-decay"},
-        {"-epochs", "--epochs"}, {"-opt", "--optimizer"}, {"-val-split", "--val-split"},
+        {"-epochs", "--epochs"}, {"-opt", "--optimizer"}, {"-val-split", "--val-split"}, {"-np", "--parallel"},
     };
     std::vector<std::string> args;
     for (int i = 1; i < argc; ++i) {

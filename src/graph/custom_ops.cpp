@@ -15,6 +15,10 @@ namespace toy::graph {
 namespace {
 
 #if defined(__AVX512F__)
+// GCC 12's AVX-512 unpack intrinsics pass an undefined vector as their merge
+// source and -Wuninitialized reports it inside the compiler's own header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // out[c * ld_out + r] = in[r * ld_in + c] for a 16 x 16 block, in registers.
 inline void transpose16x16(const float *in, int64_t ld_in, float *out, int64_t ld_out) {
     __m512 r[16], t[16];
@@ -41,6 +45,7 @@ inline void transpose16x16(const float *in, int64_t ld_in, float *out, int64_t l
     }
     for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + i * ld_out, t[i]);
 }
+#pragma GCC diagnostic pop
 #endif
 
 void transpose_kernel(ggml_tensor *dst, int ith, int nth, void *) {

@@ -103,13 +103,22 @@ void Scheduler::loop() {
     for (;;) {
         {
             std::unique_lock lock(mu_);
-            // take waiting requests into idle slots
-            for (auto &s : slots_) {
-                if (s->active() || queue_.empty()) continue;
+            // take waiting requests into idle slots: each into the one whose
+            // cells hold the longest prefix of its prompt
+            while (!queue_.empty()) {
+                Slot *best = nullptr;
+                size_t best_common = 0;
+                for (auto &s : slots_) {
+                    if (s->active()) continue;
+                    const std::vector<int32_t> &p = queue_.front().req.prompt;
+                    const size_t common = std::mismatch(s->cached.begin(), s->cached.end(), p.begin(), p.end()).first - s->cached.begin();
+                    if (!best || common > best_common) best = s.get(), best_common = common;
+                }
+                if (!best) break;
                 Pending p = std::move(queue_.front());
                 queue_.pop_front();
                 lock.unlock();
-                start(*s, std::move(p));
+                start(*best, std::move(p));
                 lock.lock();
             }
             stats_.queued = (int64_t)queue_.size();
@@ -209,10 +218,6 @@ bool Scheduler::step() {
         stats_.active = std::count_if(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
     }
     session_.decode(batch);
-    {
-        std::lock_guard lock(mu_);
-        stats_.kv_used = session_.kv().n_used();
-    }
     // output rows come in batch order, which is row_slot's order
     const int64_t V = session_.n_vocab();
     for (size_t r = 0; r < row_slot.size(); ++r) {
@@ -229,6 +234,9 @@ bool Scheduler::step() {
             s.next_token = st.token;
         }
     }
+    std::lock_guard lock(mu_);
+    stats_.kv_used = session_.kv().n_used();
+    stats_.active = std::count_if(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
     return true;
 }
 

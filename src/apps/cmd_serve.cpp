@@ -1,0 +1,85 @@
+// toy serve: the OpenAI-compatible HTTP server (serve/api.h) over the
+// continuous-batching scheduler (serve/scheduler.h). It listens at once and
+// answers /health with 503 while the model loads.
+#include "apps/cli.h"
+#include "apps/session_options.h"
+#include "core/error.h"
+#include "serve/api.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+namespace toy::cli {
+namespace {
+
+struct ServeOptions {
+    ModelFlags model;
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    int n_parallel = 4;
+    int64_t max_queue = 64;
+    std::string api_key;
+    size_t max_body = 1 << 20;
+    std::string alias;
+    std::string chat_template;
+    std::string chat_template_file;
+};
+
+int run_serve(const ServeOptions &o) {
+    serve::ApiOptions ao;
+    ao.api_key = o.api_key;
+    ao.max_body = o.max_body;
+    ao.model_name = o.alias.empty() ? std::filesystem::path(o.model.model_path).filename().string() : o.alias;
+    serve::Api api(ao);
+    httplib::Server &http = api.http();
+    const int port = o.port == 0 ? http.bind_to_any_port(o.host) : (http.bind_to_port(o.host, o.port) ? o.port : -1);
+    if (port < 0) fail("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
+    std::thread listener([&] { http.listen_after_bind(); });
+
+    std::unique_ptr<Model> model;
+    std::unique_ptr<text::Vocab> vocab;
+    std::unique_ptr<text::ChatTemplate> tmpl;
+    std::unique_ptr<serve::Scheduler> sched;
+    try {
+        model = o.model.load();
+        vocab = std::make_unique<text::Vocab>(text::Vocab::load(model->file()));
+        std::string note;
+        tmpl = std::make_unique<text::ChatTemplate>(
+            text::select_chat_template(model->file(), *vocab, o.chat_template, o.chat_template_file, &note));
+        if (!note.empty()) std::fprintf(stderr, "toy: %s\n", note.c_str());
+        SessionOptions so = o.model.session_options();
+        if (o.model.n_ctx == 0) so.n_ctx = std::min<int64_t>(model->config().n_ctx_train, 4096);
+        sched = std::make_unique<serve::Scheduler>(*model, *vocab, so,
+                                                   serve::SchedulerOptions{o.n_parallel, o.max_queue, o.model.n_batch});
+        api.attach(*model, *vocab, *tmpl, *sched);
+    } catch (...) {
+        http.stop();
+        listener.join();
+        throw;
+    }
+    std::fprintf(stderr, "toy: serving %s on http://%s:%d (%d sequences of %lld tokens, chat template %s)\n",
+                 ao.model_name.c_str(), o.host.c_str(), port, o.n_parallel, (long long)sched->context_per_slot(),
+                 tmpl->name().c_str());
+    std::fflush(stderr);
+    listener.join();
+    return 0;
+}
+
+Command reg("serve", "OpenAI-compatible HTTP server: continuous batching of concurrent requests", [](CLI::App &app) {
+    auto o = std::make_shared<ServeOptions>();
+    o->model.add_to(app);
+    app.add_option("--host", o->host, "address to listen on (default 127.0.0.1)");
+    app.add_option("--port", o->port, "port (default 8080; 0: any free port, printed at start)");
+    app.add_option("--parallel", o->n_parallel, "sequences decoded together; each gets -c / -np tokens (default 4); also -np");
+    app.add_option("--max-queue", o->max_queue, "requests waiting for a sequence before 503 (default 64)");
+    app.add_option("--api-key", o->api_key, "require Authorization: Bearer KEY on every route but /health");
+    app.add_option("--max-body", o->max_body, "largest request body in bytes (default 1 MiB)");
+    app.add_option("-a,--alias", o->alias, "model name in the API (default: the file name)");
+    app.add_option("--chat-template", o->chat_template, "built-in template name or Jinja source (default: the model's)");
+    app.add_option("--chat-template-file", o->chat_template_file, "read the Jinja chat template from a file");
+    return [o] { return run_serve(*o); };
+});
+
+}  // namespace
+}  // namespace toy::cli

@@ -1,0 +1,318 @@
+#include "serve/api.h"
+
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+
+namespace toy::serve {
+namespace {
+
+using nlohmann::json;
+
+// An error the client caused (or the server's state): status and OpenAI's error type.
+struct ApiError {
+    int status;
+    std::string message;
+    std::string type = "invalid_request_error";
+};
+
+void send_error(httplib::Response &res, const ApiError &e) {
+    res.status = e.status;
+    res.set_content(json{{"error", {{"message", e.message}, {"type", e.type}, {"code", e.status}}}}.dump(), "application/json");
+}
+
+void send_json(httplib::Response &res, const json &j) {
+    res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+json parse_body(const httplib::Request &req) {
+    json j = json::parse(req.body, nullptr, false);
+    if (j.is_discarded()) throw ApiError{400, "the request body is not valid JSON"};
+    if (!j.is_object()) throw ApiError{400, "the request body must be a JSON object"};
+    return j;
+}
+
+// body[key] if present, as T, else `fallback`; a value of another type is an error naming the key
+template <typename T>
+T field(const json &body, const char *key, T fallback, const char *expected) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
+                    : std::is_same_v<T, std::string> ? it->is_string()
+                    : std::is_integral_v<T>          ? it->is_number_integer()
+                                                     : it->is_number();
+    if (!ok) throw ApiError{400, fmt::format("'{}' must be {}, found {}", key, expected, it->type_name())};
+    return it->get<T>();
+}
+
+text::SamplerParams sampling_of(const json &b) {
+    text::SamplerParams p;
+    p.temp = field<float>(b, "temperature", 1.0f, "a number");
+    p.top_p = field<float>(b, "top_p", 1.0f, "a number");
+    p.top_k = field<int32_t>(b, "top_k", 0, "an integer");
+    p.min_p = field<float>(b, "min_p", 0.0f, "a number");
+    p.presence_penalty = field<float>(b, "presence_penalty", 0.0f, "a number");
+    p.frequency_penalty = field<float>(b, "frequency_penalty", 0.0f, "a number");
+    p.repeat_penalty = field<float>(b, "repeat_penalty", 1.0f, "a number");
+    const int64_t seed = field<int64_t>(b, "seed", -1, "an integer");
+    if (seed >= 0) p.seed = (uint64_t)seed;
+    if (p.temp < 0) throw ApiError{400, fmt::format("'temperature' must be >= 0, found {}", p.temp)};
+    return p;
+}
+
+std::vector<std::string> stops_of(const json &b) {
+    auto it = b.find("stop");
+    if (it == b.end() || it->is_null()) return {};
+    if (it->is_string()) return {it->get<std::string>()};
+    std::vector<std::string> out;
+    if (it->is_array()) {
+        for (const auto &s : *it) {
+            if (!s.is_string()) throw ApiError{400, "'stop' must be a string or an array of strings"};
+            out.push_back(s.get<std::string>());
+        }
+        return out;
+    }
+    throw ApiError{400, "'stop' must be a string or an array of strings"};
+}
+
+std::vector<text::Message> messages_of(const json &b) {
+    auto it = b.find("messages");
+    if (it == b.end() || !it->is_array() || it->empty()) throw ApiError{400, "'messages' must be a non-empty array"};
+    std::vector<text::Message> out;
+    for (const auto &m : *it) {
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+            throw ApiError{400, "each message must be an object with a string 'role'"};
+        }
+        const std::string role = m["role"];
+        if (role != "system" && role != "user" && role != "assistant" && role != "developer") {
+            throw ApiError{400, fmt::format("unknown role '{}': expected system, user or assistant", role)};
+        }
+        std::string content;
+        const json &c = m.contains("content") ? m["content"] : json();
+        if (c.is_string()) {
+            content = c.get<std::string>();
+        } else if (c.is_array()) {  // [{"type": "text", "text": ...}]
+            for (const auto &part : c) {
+                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+                    throw ApiError{400, "message content parts must be {\"type\": \"text\", \"text\": ...}"};
+                }
+                content += part["text"].get<std::string>();
+            }
+        } else {
+            throw ApiError{400, fmt::format("the content of a '{}' message must be a string", role)};
+        }
+        out.push_back({role == "developer" ? "system" : role, content});
+    }
+    return out;
+}
+
+int64_t now_seconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// constant time over the expected key's length, whatever the given one is
+bool same_key(const std::string &given, const std::string &expected) {
+    unsigned char diff = given.size() != expected.size();
+    for (size_t i = 0; i < expected.size(); ++i) diff |= (unsigned char)(expected[i] ^ (i < given.size() ? given[i] : 0));
+    return diff == 0;
+}
+
+}  // namespace
+
+Api::Api(ApiOptions opts) : opts_(std::move(opts)) {
+    http_.set_payload_max_length(opts_.max_body);
+    routes();
+}
+
+void Api::attach(const Model &model, const text::Vocab &vocab, const text::ChatTemplate &tmpl, Scheduler &sched) {
+    model_ = &model;
+    vocab_ = &vocab;
+    tmpl_ = &tmpl;
+    sched_ = &sched;
+    ready_ = true;
+}
+
+bool Api::authorized(const httplib::Request &req, httplib::Response &res) const {
+    if (!ready_) {
+        send_error(res, {503, "the model is loading", "unavailable_error"});
+        return false;
+    }
+    if (opts_.api_key.empty()) return true;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : "";
+    if (!same_key(given, opts_.api_key)) {
+        send_error(res, {401, "invalid or missing API key (Authorization: Bearer KEY)", "authentication_error"});
+        return false;
+    }
+    return true;
+}
+
+void Api::routes() {
+    // every handler: errors the client caused become OpenAI error objects
+    auto guarded = [this](auto body) {
+        return [this, body](const httplib::Request &req, httplib::Response &res) {
+            if (!authorized(req, res)) return;
+            try {
+                body(req, res);
+            } catch (const ApiError &e) {
+                send_error(res, e);
+            } catch (const Error &e) {
+                send_error(res, {400, e.what()});
+            } catch (const std::exception &e) {
+                send_error(res, {500, e.what(), "server_error"});
+            }
+        };
+    };
+    http_.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
+        if (!ready_) return send_error(res, {503, "the model is loading", "unavailable_error"});
+        send_json(res, {{"status", "ok"}});
+    });
+    http_.Get("/v1/models", guarded([this](const httplib::Request &, httplib::Response &res) {
+        send_json(res, {{"object", "list"},
+                        {"data", json::array({{{"id", opts_.model_name}, {"object", "model"}, {"created", now_seconds()},
+                                               {"owned_by", "toy"}}})}});
+    }));
+    http_.Post("/tokenize", guarded([this](const httplib::Request &req, httplib::Response &res) {
+        const json b = parse_body(req);
+        const std::string content = field<std::string>(b, "content", "", "a string");
+        const bool special = field<bool>(b, "add_special", false, "true or false");
+        send_json(res, {{"tokens", vocab_->tokenize(content, special, true)}});
+    }));
+    http_.Post("/detokenize", guarded([this](const httplib::Request &req, httplib::Response &res) {
+        const json b = parse_body(req);
+        auto it = b.find("tokens");
+        if (it == b.end() || !it->is_array()) throw ApiError{400, "'tokens' must be an array of token ids"};
+        std::string text;
+        for (const auto &t : *it) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab_->n_tokens()) {
+                throw ApiError{400, fmt::format("'tokens' must hold ids from 0 to {}", vocab_->n_tokens() - 1)};
+            }
+            text += vocab_->token_to_piece(t.get<int32_t>());
+        }
+        send_json(res, {{"content", text}});
+    }));
+    http_.Post("/v1/completions", guarded([this](const httplib::Request &req, httplib::Response &res) { complete(req, res, false); }));
+    http_.Post("/v1/chat/completions",
+               guarded([this](const httplib::Request &req, httplib::Response &res) { complete(req, res, true); }));
+    http_.Get("/metrics", guarded([this](const httplib::Request &, httplib::Response &res) {
+        const SchedulerStats s = sched_->stats();
+        const std::string text = fmt::format(
+            "# HELP toy_requests_total Requests accepted.\n# TYPE toy_requests_total counter\ntoy_requests_total {}\n"
+            "# HELP toy_prompt_tokens_total Prompt tokens of finished requests.\n# TYPE toy_prompt_tokens_total counter\n"
+            "toy_prompt_tokens_total {}\n"
+            "# HELP toy_cached_prompt_tokens_total Prompt tokens whose cache cells were reused.\n"
+            "# TYPE toy_cached_prompt_tokens_total counter\ntoy_cached_prompt_tokens_total {}\n"
+            "# HELP toy_generated_tokens_total Generated tokens of finished requests.\n"
+            "# TYPE toy_generated_tokens_total counter\ntoy_generated_tokens_total {}\n"
+            "# HELP toy_requests_active Requests being decoded.\n# TYPE toy_requests_active gauge\ntoy_requests_active {}\n"
+            "# HELP toy_requests_queued Requests waiting for a slot.\n# TYPE toy_requests_queued gauge\ntoy_requests_queued {}\n"
+            "# HELP toy_kv_cells_used KV cache cells in use.\n# TYPE toy_kv_cells_used gauge\ntoy_kv_cells_used {}\n"
+            "# HELP toy_kv_cells KV cache cells.\n# TYPE toy_kv_cells gauge\ntoy_kv_cells {}\n",
+            s.requests, s.prompt_tokens, s.cached_tokens, s.generated_tokens, s.active, s.queued, s.kv_used, s.kv_size);
+        res.set_content(text, "text/plain; version=0.0.4");
+    }));
+    http_.set_error_handler([](const httplib::Request &, httplib::Response &res) {
+        if (res.status == 413) return send_error(res, {413, "the request body is too large"});
+        if (res.status == 404 && res.body.empty()) send_error(res, {404, "no such route", "not_found_error"});
+    });
+}
+
+void Api::complete(const httplib::Request &req, httplib::Response &res, bool chat) {
+    const json b = parse_body(req);
+    Request r;
+    r.sampling = sampling_of(b);
+    r.limits.stop = stops_of(b);
+    const int64_t max_tokens = field<int64_t>(b, chat ? "max_completion_tokens" : "max_tokens",
+                                              field<int64_t>(b, "max_tokens", -1, "an integer"), "an integer");
+    if (b.contains("max_tokens") && !b["max_tokens"].is_null() && max_tokens < 1) {
+        throw ApiError{400, fmt::format("'max_tokens' must be at least 1, found {}", max_tokens)};
+    }
+    r.limits.max_tokens = max_tokens;
+    const bool stream = field<bool>(b, "stream", false, "true or false");
+    if (chat) {
+        const std::vector<text::Message> msgs = messages_of(b);
+        r.prompt = text::tokenize_rendered(*vocab_, tmpl_->render(msgs, true));
+    } else {
+        auto it = b.find("prompt");
+        if (it == b.end() || !it->is_string()) throw ApiError{400, "'prompt' must be a string"};
+        r.prompt = vocab_->tokenize(it->get<std::string>(), true, false);
+    }
+    std::shared_ptr<Stream> out = sched_->submit(std::move(r));
+    if (!out) {
+        res.set_header("Retry-After", "1");
+        throw ApiError{503, "the server is busy: too many requests are waiting", "unavailable_error"};
+    }
+    const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
+    const int64_t created = now_seconds();
+    const std::string object = chat ? "chat.completion" : "text_completion";
+    auto usage = [](const Event &ev) {
+        return json{{"prompt_tokens", ev.prompt_tokens},
+                    {"completion_tokens", ev.completion_tokens},
+                    {"total_tokens", ev.prompt_tokens + ev.completion_tokens},
+                    {"prompt_tokens_details", {{"cached_tokens", ev.cached_tokens}}}};
+    };
+    if (!stream) {
+        std::string text;
+        Event ev;
+        while (out->next(ev)) text += ev.text;
+        if (ev.finish_reason == "error") throw ApiError{500, ev.error, "server_error"};
+        json choice = {{"index", 0}, {"finish_reason", ev.finish_reason}};
+        if (chat) {
+            choice["message"] = {{"role", "assistant"}, {"content", text}};
+        } else {
+            choice["text"] = text;
+            choice["logprobs"] = nullptr;
+        }
+        return send_json(res, {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
+                               {"choices", json::array({choice})}, {"usage", usage(ev)}});
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=, this](size_t, httplib::DataSink &sink) {
+            const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+            auto send = [&](const json &j) {
+                const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+                return sink.write(line.data(), line.size());
+            };
+            auto chunk = [&](const json &delta_or_text, const json &finish) {
+                json choice = {{"index", 0}, {"finish_reason", finish}};
+                if (chat) {
+                    choice["delta"] = delta_or_text;
+                } else {
+                    choice["text"] = delta_or_text;
+                    choice["logprobs"] = nullptr;
+                }
+                return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", opts_.model_name},
+                            {"choices", json::array({choice})}};
+            };
+            if (chat && !send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return out->cancel(), false;
+            Event ev;
+            while (out->next(ev)) {
+                if (!ev.text.empty()) {
+                    const json piece = chat ? json{{"content", ev.text}} : json(ev.text);
+                    if (!send(chunk(piece, nullptr))) return out->cancel(), false;
+                }
+                if (!ev.done) continue;
+                if (ev.finish_reason == "error") {
+                    send({{"error", {{"message", ev.error}, {"type", "server_error"}, {"code", 500}}}});
+                } else {
+                    json last = chunk(chat ? json::object() : json(""), ev.finish_reason);
+                    last["usage"] = usage(ev);
+                    send(last);
+                }
+            }
+            const std::string done = "data: [DONE]\n\n";
+            sink.write(done.data(), done.size());
+            sink.done();
+            return true;
+        },
+        [out](bool success) {
+            if (!success) out->cancel();
+        });
+}
+
+}  // namespace toy::serve

@@ -1,0 +1,48 @@
+// The OpenAI-compatible HTTP API over a Scheduler (cpp-httplib, nlohmann-json):
+// /v1/chat/completions, /v1/completions (both with "stream": server-sent
+// events ending in "data: [DONE]"), /v1/models, /health, /tokenize,
+// /detokenize, /metrics. Bad requests get an OpenAI-style error object and
+// the matching status; the API key, when set, is checked on every route but
+// /health.
+#pragma once
+
+#include "serve/scheduler.h"
+#include "text/chat_template.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace toy::serve {
+
+struct ApiOptions {
+    std::string api_key;                 // empty: no key
+    size_t max_body = 1 << 20;           // bytes per request body
+    std::string model_name = "toy";      // what /v1/models lists
+};
+
+class Api {
+public:
+    explicit Api(ApiOptions opts);
+    // Until attach(), every route but /health answers 503 ("loading").
+    void attach(const Model &model, const text::Vocab &vocab, const text::ChatTemplate &tmpl, Scheduler &sched);
+    httplib::Server &http() { return http_; }
+
+private:
+    void routes();
+    bool authorized(const httplib::Request &req, httplib::Response &res) const;
+    void complete(const httplib::Request &req, httplib::Response &res, bool chat);
+
+    ApiOptions opts_;
+    httplib::Server http_;
+    std::atomic<bool> ready_{false};
+    const Model *model_ = nullptr;
+    const text::Vocab *vocab_ = nullptr;
+    const text::ChatTemplate *tmpl_ = nullptr;
+    Scheduler *sched_ = nullptr;
+    std::atomic<int64_t> next_id_{1};
+};
+
+}  // namespace toy::serve

@@ -1,0 +1,175 @@
+// The HTTP API over the scheduler, in process: OpenAI-shaped replies,
+// server-sent events ending in [DONE], the API key, and bad requests answered
+// with OpenAI-style errors while a good request alongside them is served.
+#include "serve/api.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <thread>
+
+using namespace toy;
+using nlohmann::json;
+
+namespace {
+
+struct Server {
+    std::unique_ptr<Model> model = Model::load(test::shared_path("models/stories260K.gguf"));
+    text::Vocab vocab = text::Vocab::load(model->file());
+    text::ChatTemplate tmpl{text::ChatTemplate::builtin_source("chatml")};
+    serve::Api api{serve::ApiOptions{.api_key = "k3y", .max_body = 4096, .model_name = "stories"}};
+    std::unique_ptr<serve::Scheduler> sched;
+    int port = 0;
+    std::thread listener;
+
+    Server() {
+        SessionOptions so;
+        so.n_ctx = 512;
+        so.n_threads = 2;
+        port = api.http().bind_to_any_port("127.0.0.1");
+        listener = std::thread([this] { api.http().listen_after_bind(); });
+        sched = std::make_unique<serve::Scheduler>(*model, vocab, so, serve::SchedulerOptions{.n_slots = 2, .max_queue = 4});
+        api.attach(*model, vocab, tmpl, *sched);
+    }
+    ~Server() {
+        api.http().stop();
+        listener.join();
+    }
+    httplib::Client client(const std::string &key = "k3y") const {
+        httplib::Client c("127.0.0.1", port);
+        if (!key.empty()) c.set_bearer_token_auth(key);
+        c.set_read_timeout(60, 0);
+        return c;
+    }
+};
+
+json post(const httplib::Client &cc, const std::string &path, const std::string &body, int *status = nullptr) {
+    auto &c = const_cast<httplib::Client &>(cc);
+    auto r = c.Post(path, body, "application/json");
+    if (!r) return json{{"transport_error", (int)r.error()}};
+    if (status) *status = r->status;
+    return json::parse(r->body, nullptr, false);
+}
+
+}  // namespace
+
+TEST(Server, CompletionsChatModelsTokenizeAndMetrics) {
+    Server s;
+    auto c = s.client();
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    auto models = c.Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "stories");
+
+    int status = 0;
+    json r = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0})", &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["object"], "text_completion");
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(r["usage"]["completion_tokens"], 12);
+    EXPECT_FALSE(r["choices"][0]["text"].get<std::string>().empty());
+
+    r = post(c, "/v1/chat/completions",
+             R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "max_tokens": 4,
+                 "stop": ["\n\n"], "seed": 3})",
+             &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["object"], "chat.completion");
+    EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(r["usage"]["total_tokens"], r["usage"]["prompt_tokens"].get<int>() + r["usage"]["completion_tokens"].get<int>());
+
+    json tok = post(c, "/tokenize", R"({"content": "Once upon a time"})");
+    json detok = post(c, "/detokenize", json{{"tokens", tok["tokens"]}}.dump());
+    EXPECT_EQ(detok["content"], " Once upon a time");
+
+    auto metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("toy_requests_total 2"), std::string::npos) << metrics->body;
+}
+
+TEST(Server, StreamingIsServerSentEventsEndingInDone) {
+    Server s;
+    auto c = s.client();
+    auto r = c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Tell a story"}], "max_tokens": 6,
+                                                "stream": true, "temperature": 0})",
+                    "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+    // every event is "data: {json}\n\n"; the last is [DONE]; the content deltas add up to the reply
+    std::string body = r->body, content, finish;
+    size_t at = 0;
+    int events = 0;
+    bool done = false;
+    while (at < body.size()) {
+        const size_t end = body.find("\n\n", at);
+        ASSERT_NE(end, std::string::npos) << body.substr(at);
+        const std::string ev = body.substr(at, end - at);
+        ASSERT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+        at = end + 2;
+        ++events;
+        if (ev == "data: [DONE]") {
+            done = true;
+            EXPECT_EQ(at, body.size());
+            break;
+        }
+        const json j = json::parse(ev.substr(6));
+        EXPECT_EQ(j["object"], "chat.completion.chunk");
+        const json &ch = j["choices"][0];
+        if (ch["delta"].contains("content")) content += ch["delta"]["content"].get<std::string>();
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(finish, "length");
+    EXPECT_GE(events, 4);
+    // the same request without streaming gives the same text
+    json whole = post(c, "/v1/chat/completions",
+                      R"({"messages": [{"role": "user", "content": "Tell a story"}], "max_tokens": 6, "temperature": 0})");
+    EXPECT_EQ(whole["choices"][0]["message"]["content"], content);
+}
+
+TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
+    Server s;
+    auto c = s.client();
+    // a long request runs while the bad ones arrive
+    json good;
+    std::thread other([&] {
+        good = post(s.client(), "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0})");
+    });
+    struct Bad {
+        std::string path, body;
+        int status;
+        std::string says;
+    };
+    for (const Bad &b : {
+             Bad{"/v1/completions", "{not json", 400, "not valid JSON"},
+             Bad{"/v1/completions", R"({"prompt": 7})", 400, "'prompt' must be a string"},
+             Bad{"/v1/completions", R"({"prompt": "x", "max_tokens": 0})", 400, "at least 1"},
+             Bad{"/v1/completions", R"({"prompt": "x", "temperature": "hot"})", 400, "'temperature' must be a number"},
+             Bad{"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "unknown role 'wizard'"},
+             Bad{"/v1/chat/completions", R"({"messages": []})", 400, "non-empty array"},
+             Bad{"/v1/completions", json{{"prompt", std::string(3000, 'z')}}.dump(), 400, "context per sequence"},
+             Bad{"/v1/completions", json{{"prompt", std::string(5000, 'z')}}.dump(), 413, "too large"},
+         }) {
+        SCOPED_TRACE(b.body.substr(0, 60));
+        int status = 0;
+        const json e = post(c, b.path, b.body, &status);
+        EXPECT_EQ(status, b.status) << e.dump();
+        ASSERT_TRUE(e.contains("error")) << e.dump();
+        EXPECT_NE(e["error"]["message"].get<std::string>().find(b.says), std::string::npos) << e.dump();
+    }
+    for (const std::string key : {"", "wrong"}) {
+        int status = 0;
+        const json e = post(s.client(key), "/v1/completions", R"({"prompt": "x"})", &status);
+        EXPECT_EQ(status, 401) << e.dump();
+        EXPECT_EQ(e["error"]["type"], "authentication_error");
+    }
+    auto missing = c.Get("/v2/nothing");
+    ASSERT_TRUE(missing);
+    EXPECT_EQ(missing->status, 404);
+    other.join();
+    EXPECT_EQ(good["usage"]["completion_tokens"], 40) << good.dump();
+}
