@@ -85,6 +85,12 @@ TEST(Server, CompletionsChatModelsTokenizeAndMetrics) {
     json detok = post(c, "/detokenize", json{{"tokens", tok["tokens"]}}.dump());
     EXPECT_EQ(detok["content"], " Once upon a time");
 
+    auto page = s.client("").Get("/");  // the chat page needs no key; its requests send it
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200);
+    EXPECT_NE(page->body.find("/v1/chat/completions"), std::string::npos);
+    EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+
     auto metrics = c.Get("/metrics");
     ASSERT_TRUE(metrics);
     EXPECT_NE(metrics->body.find("toy_requests_total 2"), std::string::npos) << metrics->body;

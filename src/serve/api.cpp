@@ -1,6 +1,7 @@
 #include "serve/api.h"
 
 #include "core/error.h"
+#include "serve/chat_page.h"
 
 #include <nlohmann/json.hpp>
 
@@ -166,6 +167,8 @@ void Api::routes() {
             }
         };
     };
+    // the chat page: static, no key needed to load it (its requests carry the key)
+    http_.Get("/", [](const httplib::Request &, httplib::Response &res) { res.set_content(kChatPage, "text/html; charset=utf-8"); });
     http_.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
         if (!ready_) return send_error(res, {503, "the model is loading", "unavailable_error"});
         send_json(res, {{"status", "ok"}});
