@@ -26,15 +26,6 @@ Batch tokens_of(int32_t seq, int32_t from, int32_t n) {
     return b;
 }
 
-std::string error_of(const std::function<void()> &f) {
-    try {
-        f();
-    } catch (const Error &e) {
-        return e.what();
-    }
-    return "";
-}
-
 }  // namespace
 
 TEST(KvCache, CellsAreFoundStoredRemovedAndReused) {
@@ -88,7 +79,7 @@ TEST(KvCache, FullCacheAndBadSequenceAreOneLineErrorsThatChangeNothing) {
     Fixture f;
     const Batch a = tokens_of(0, 0, 6);
     f.kv.store(a, f.kv.find_slot(a));
-    const std::string full = error_of([&] { f.kv.find_slot(tokens_of(1, 0, 3)); });
+    const std::string full = test::error_of([&] { f.kv.find_slot(tokens_of(1, 0, 3)); });
     EXPECT_NE(full.find("2 of the context's 8 are free"), std::string::npos) << full;
     EXPECT_EQ(full.find('\n'), std::string::npos);
     EXPECT_EQ(f.kv.n_used(), 6);
@@ -98,10 +89,10 @@ TEST(KvCache, FullCacheAndBadSequenceAreOneLineErrorsThatChangeNothing) {
     s.eval(std::vector<int32_t>{1, 2, 3});
     Batch bad;
     bad.add(1, 0, KvCache::kMaxSeqs, true);
-    const std::string seq = error_of([&] { s.decode(bad); });
+    const std::string seq = test::error_of([&] { s.decode(bad); });
     EXPECT_NE(seq.find("sequence id 64"), std::string::npos) << seq;
     EXPECT_EQ(s.kv().n_used(), 3);
-    const std::string over = error_of([&] { s.eval(std::vector<int32_t>(6, 1)); });
+    const std::string over = test::error_of([&] { s.eval(std::vector<int32_t>(6, 1)); });
     EXPECT_NE(over.find("context overflow"), std::string::npos) << over;
     EXPECT_EQ(s.n_past(), 3);
 }

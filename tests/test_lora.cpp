@@ -55,15 +55,6 @@ TrainedLora trained_lora(const std::string &arch, const std::string &targets, bo
     return t;
 }
 
-std::string error_of(const std::function<void()> &f) {
-    try {
-        f();
-    } catch (const Error &e) {
-        return e.what();
-    }
-    return "";
-}
-
 }  // namespace
 
 TEST(Lora, WrittenAdaptersGiveTheTrainersLogits) {
@@ -175,7 +166,7 @@ TEST(Lora, AdapterThatDoesNotFitIsOneLineError) {
              Bad{base, "general.type"},
          }) {
         SCOPED_TRACE(bad.path);
-        const std::string e = error_of([&] { LoraSet::load({{bad.path, 1.0f}}, *model); });
+        const std::string e = test::error_of([&] { LoraSet::load({{bad.path, 1.0f}}, *model); });
         EXPECT_FALSE(e.empty());
         EXPECT_EQ(e.find('\n'), std::string::npos) << e;
         if (!bad.expect.empty()) EXPECT_NE(e.find(bad.expect), std::string::npos) << e;

@@ -1,6 +1,8 @@
 // Helpers shared by the tests: fixture paths, reference files, comparisons.
 #pragma once
 
+#include "core/error.h"
+
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -112,6 +115,16 @@ inline CommandResult run_command(const std::string &cmd) {
     r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
     std::remove(err_path);
     return r;
+}
+
+// The message of the toy::Error that f throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()> &f) {
+    try {
+        f();
+    } catch (const Error &e) {
+        return e.what();
+    }
+    return "";
 }
 
 // Runs the toy executable under test with these arguments.
