@@ -30,6 +30,7 @@ int run_serve(const ServeOptions &o) {
     serve::ApiOptions ao;
     ao.api_key = o.api_key;
     ao.max_body = o.max_body;
+    ao.n_http_threads = (size_t)(o.n_parallel + o.max_queue + 4);
     ao.model_name = o.alias.empty() ? std::filesystem::path(o.model.model_path).filename().string() : o.alias;
     serve::Api api(ao);
     httplib::Server &http = api.http();

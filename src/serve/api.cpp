@@ -124,6 +124,8 @@ bool same_key(const std::string &given, const std::string &expected) {
 
 Api::Api(ApiOptions opts) : opts_(std::move(opts)) {
     http_.set_payload_max_length(opts_.max_body);
+    const size_t n = std::max<size_t>(1, opts_.n_http_threads);
+    http_.new_task_queue = [n] { return new httplib::ThreadPool(n); };
     routes();
 }
 

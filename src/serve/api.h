@@ -22,6 +22,10 @@ struct ApiOptions {
     std::string api_key;                 // empty: no key
     size_t max_body = 1 << 20;           // bytes per request body
     std::string model_name = "toy";      // what /v1/models lists
+    // HTTP threads: every request holds one while it waits or streams, so
+    // the server needs one per sequence and per queued request, and a few
+    // more for /health and /metrics (cpp-httplib's default is 8)
+    size_t n_http_threads = 8;
 };
 
 class Api {
