@@ -96,6 +96,41 @@ TEST(Server, CompletionsChatModelsTokenizeAndMetrics) {
     EXPECT_NE(metrics->body.find("toy_requests_total 2"), std::string::npos) << metrics->body;
 }
 
+TEST(Server, LogProbabilitiesInChatAndCompletionShapes) {
+    Server s;
+    auto c = s.client();
+    int status = 0;
+    json r = post(c, "/v1/chat/completions",
+                  R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0,
+                      "logprobs": true, "top_logprobs": 3})",
+                  &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const json &content = r["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(content.size(), 5u) << r.dump();
+    std::string joined;
+    for (const json &t : content) {
+        joined += t["token"].get<std::string>();
+        EXPECT_LE(t["logprob"].get<double>(), 0.0);
+        ASSERT_EQ(t["top_logprobs"].size(), 3u);
+        // greedy: the chosen token is the most likely one
+        EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]);
+        EXPECT_DOUBLE_EQ(t["top_logprobs"][0]["logprob"].get<double>(), t["logprob"].get<double>());
+        EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(), t["top_logprobs"][1]["logprob"].get<double>());
+    }
+    EXPECT_EQ(joined, r["choices"][0]["message"]["content"]);
+
+    r = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0, "logprobs": 2})", &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const json &lp = r["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), 4u) << r.dump();
+    EXPECT_EQ(lp["token_logprobs"].size(), 4u);
+    EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+    EXPECT_EQ(lp["text_offset"][0], 0);
+    EXPECT_TRUE(post(c, "/v1/completions", R"({"prompt": "x", "max_tokens": 2})")["choices"][0]["logprobs"].is_null());
+    post(c, "/v1/completions", R"({"prompt": "x", "logprobs": 50})", &status);
+    EXPECT_EQ(status, 400);
+}
+
 TEST(Server, StreamingIsServerSentEventsEndingInDone) {
     Server s;
     auto c = s.client();

@@ -109,6 +109,43 @@ std::vector<text::Message> messages_of(const json &b) {
     return out;
 }
 
+json bytes_of(const std::string &s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back((int)c);
+    return b;
+}
+
+// OpenAI's chat shape: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]
+json chat_logprobs(const text::Vocab &vocab, const std::vector<TokenLogprob> &lps) {
+    json content = json::array();
+    for (const TokenLogprob &lp : lps) {
+        json top = json::array();
+        for (const auto &[id, l] : lp.top) {
+            const std::string t = vocab.token_to_piece(id);
+            top.push_back({{"token", t}, {"logprob", l}, {"bytes", bytes_of(t)}});
+        }
+        const std::string t = vocab.token_to_piece(lp.id);
+        content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+}
+
+// the completions shape: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}
+json completion_logprobs(const text::Vocab &vocab, const std::vector<TokenLogprob> &lps, size_t &offset) {
+    json tokens = json::array(), logprobs = json::array(), tops = json::array(), offsets = json::array();
+    for (const TokenLogprob &lp : lps) {
+        const std::string t = vocab.token_to_piece(lp.id);
+        tokens.push_back(t);
+        logprobs.push_back(lp.logprob);
+        json top = json::object();
+        for (const auto &[id, l] : lp.top) top[vocab.token_to_piece(id)] = l;
+        tops.push_back(top);
+        offsets.push_back(offset);
+        offset += t.size();
+    }
+    return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 int64_t now_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -237,6 +274,16 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
     }
     r.limits.max_tokens = max_tokens;
     const bool stream = field<bool>(b, "stream", false, "true or false");
+    // log-probabilities: chat's logprobs + top_logprobs, completions' logprobs N, llama-server's n_probs
+    int n_logprobs = field<int>(b, "n_probs", -1, "an integer");
+    if (chat) {
+        if (field<bool>(b, "logprobs", false, "true or false")) n_logprobs = field<int>(b, "top_logprobs", 0, "an integer");
+    } else {
+        n_logprobs = field<int>(b, "logprobs", n_logprobs, "an integer");
+    }
+    if (n_logprobs > 20) throw ApiError{400, fmt::format("at most 20 top log-probabilities, found {}", n_logprobs)};
+    r.n_logprobs = n_logprobs < 0 ? -1 : n_logprobs;
+    const bool want_logprobs = r.n_logprobs >= 0;
     if (chat) {
         const std::vector<text::Message> msgs = messages_of(b);
         r.prompt = text::tokenize_rendered(*vocab_, tmpl_->render(msgs, true));
@@ -261,15 +308,20 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
     };
     if (!stream) {
         std::string text;
+        std::vector<TokenLogprob> lps;
         Event ev;
-        while (out->next(ev)) text += ev.text;
+        while (out->next(ev)) {
+            text += ev.text;
+            lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
+        }
         if (ev.finish_reason == "error") throw ApiError{500, ev.error, "server_error"};
-        json choice = {{"index", 0}, {"finish_reason", ev.finish_reason}};
+        json choice = {{"index", 0}, {"finish_reason", ev.finish_reason}, {"logprobs", nullptr}};
+        size_t offset = 0;
+        if (want_logprobs) choice["logprobs"] = chat ? chat_logprobs(*vocab_, lps) : completion_logprobs(*vocab_, lps, offset);
         if (chat) {
             choice["message"] = {{"role", "assistant"}, {"content", text}};
         } else {
             choice["text"] = text;
-            choice["logprobs"] = nullptr;
         }
         return send_json(res, {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
                                {"choices", json::array({choice})}, {"usage", usage(ev)}});
@@ -283,13 +335,16 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
                 const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
                 return sink.write(line.data(), line.size());
             };
-            auto chunk = [&](const json &delta_or_text, const json &finish) {
-                json choice = {{"index", 0}, {"finish_reason", finish}};
+            size_t offset = 0;
+            auto chunk = [&](const json &delta_or_text, const json &finish, const std::vector<TokenLogprob> &lps = {}) {
+                json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+                if (want_logprobs && !lps.empty()) {
+                    choice["logprobs"] = chat ? chat_logprobs(*vocab_, lps) : completion_logprobs(*vocab_, lps, offset);
+                }
                 if (chat) {
                     choice["delta"] = delta_or_text;
                 } else {
                     choice["text"] = delta_or_text;
-                    choice["logprobs"] = nullptr;
                 }
                 return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", opts_.model_name},
                             {"choices", json::array({choice})}};
@@ -297,15 +352,16 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
             if (chat && !send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return out->cancel(), false;
             Event ev;
             while (out->next(ev)) {
-                if (!ev.text.empty()) {
+                if (!ev.text.empty() || (!ev.done && !ev.logprobs.empty())) {
                     const json piece = chat ? json{{"content", ev.text}} : json(ev.text);
-                    if (!send(chunk(piece, nullptr))) return out->cancel(), false;
+                    if (!send(chunk(piece, nullptr, ev.logprobs))) return out->cancel(), false;
+                    ev.logprobs.clear();
                 }
                 if (!ev.done) continue;
                 if (ev.finish_reason == "error") {
                     send({{"error", {{"message", ev.error}, {"type", "server_error"}, {"code", 500}}}});
                 } else {
-                    json last = chunk(chat ? json::object() : json(""), ev.finish_reason);
+                    json last = chunk(chat ? json::object() : json(""), ev.finish_reason, ev.logprobs);
                     last["usage"] = usage(ev);
                     send(last);
                 }

@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace toy::serve {
 
@@ -34,6 +35,28 @@ void Stream::push(Event ev) {
     cv_.notify_all();
 }
 
+namespace {
+
+TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int n_top) {
+    float mx = -INFINITY;
+    for (float x : logits) mx = std::max(mx, x);
+    double sum = 0;
+    for (float x : logits) sum += std::exp((double)(x - mx));
+    const float lse = mx + (float)std::log(sum);
+    TokenLogprob lp;
+    lp.id = token;
+    lp.logprob = logits[(size_t)token] - lse;
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)i;
+    const size_t k = std::min<size_t>((size_t)n_top, ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + (long)k, ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[(size_t)a] > logits[(size_t)b]; });
+    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], logits[(size_t)ids[i]] - lse);
+    return lp;
+}
+
+}  // namespace
+
 // One sequence of the shared cache: the request it serves, if any, and the
 // tokens its cells hold (kept after a request for the next one's prefix).
 struct Scheduler::Slot {
@@ -46,6 +69,7 @@ struct Scheduler::Slot {
     std::unique_ptr<text::Sampler> sampler;
     std::unique_ptr<text::Generation> gen;
     int32_t next_token = -1;         // generated, to be evaluated next
+    std::vector<TokenLogprob> logprobs;  // of tokens whose text is not out yet
     bool active() const { return out != nullptr; }
 };
 
@@ -169,6 +193,8 @@ void Scheduler::start(Slot &s, Pending p) {
 void Scheduler::finish(Slot &s, const std::string &reason, const std::string &error) {
     Event ev;
     if (s.gen && reason != "error") ev.text = s.gen->flush();
+    ev.logprobs = std::move(s.logprobs);
+    s.logprobs.clear();
     ev.done = true;
     ev.finish_reason = reason;
     ev.error = error;
@@ -222,10 +248,14 @@ bool Scheduler::step() {
     const int64_t V = session_.n_vocab();
     for (size_t r = 0; r < row_slot.size(); ++r) {
         Slot &s = *row_slot[r];
-        const text::Step st = s.gen->next({session_.logits().data() + r * V, (size_t)V});
+        const std::span<const float> row{session_.logits().data() + r * V, (size_t)V};
+        const text::Step st = s.gen->next(row);
+        if (st.token >= 0 && s.req.n_logprobs >= 0) s.logprobs.push_back(logprob_of(row, st.token, s.req.n_logprobs));
         if (!st.text.empty()) {
             Event piece;
             piece.text = st.text;
+            piece.logprobs = std::move(s.logprobs);
+            s.logprobs.clear();
             s.out->push(std::move(piece));
         }
         if (st.done) {

@@ -27,11 +27,21 @@ struct Request {
     std::vector<int32_t> prompt;
     text::SamplerParams sampling;
     text::GenerationLimits limits;
+    int n_logprobs = -1;          // >= 0: each generated token's log-probability and this many top alternatives
+};
+
+// A generated token's log-probability under the model (log-softmax of its
+// logits, before sampling's transformations) and the most likely tokens there.
+struct TokenLogprob {
+    int32_t id = -1;
+    float logprob = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;  // most likely first
 };
 
 // What a request produces, in order: text pieces, then one last event.
 struct Event {
     std::string text;
+    std::vector<TokenLogprob> logprobs;  // with Request::n_logprobs >= 0: the tokens this event completes
     bool done = false;            // the last event of the request
     std::string finish_reason;    // with done: "stop", "length", or "error"
     std::string error;            // with finish_reason "error"
