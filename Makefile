@@ -25,7 +25,11 @@ build: configure
 run: build
 	$(BUILD)/toy run -m $(MODEL) -p "Once upon a time" -n 96 --temp 0.8 -s 42
 
-test: build
+# the OpenAI Node SDK the server's client test drives (pinned in tests/node/package-lock.json; npm's cache keeps it)
+tests/node/node_modules/.package-lock.json: tests/node/package-lock.json
+	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
+
+test: build tests/node/node_modules/.package-lock.json
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 default-model: build

@@ -1,0 +1,98 @@
+// toy serve as OpenAI's own Node SDK and curl see it: models, chat and text
+// completions with and without streaming, usage, an API key error, and the
+// server-sent-events framing byte by byte (curl -N).
+//   node openai-sdk.mjs TOY_BINARY MODEL.gguf
+import OpenAI from "openai";
+import { spawn, execFileSync } from "node:child_process";
+import assert from "node:assert/strict";
+
+const [toy, model] = process.argv.slice(2);
+const key = "sk-toy-test";
+const server = spawn(toy, ["serve", "-m", model, "--port", "0", "-np", "2", "-c", "512", "-t", "2", "--api-key", key],
+                     { stdio: ["ignore", "ignore", "pipe"] });
+const port = await new Promise((resolve, reject) => {
+  let err = "";
+  server.stderr.on("data", (d) => {
+    err += d;
+    const m = err.match(/on http:\/\/[^:]+:(\d+)/);
+    if (m) resolve(Number(m[1]));
+  });
+  server.on("exit", (code) => reject(new Error(`toy serve exited (${code}): ${err}`)));
+});
+
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: key });
+let failed = 0;
+async function check(name, f) {
+  try {
+    await f();
+    console.log(`ok    ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL  ${name}: ${e.message}`);
+  }
+}
+
+await check("models.list", async () => {
+  const models = await client.models.list();
+  assert.equal(models.data.length, 1);
+  assert.equal(models.data[0].object, "model");
+});
+
+const messages = [{ role: "user", content: "Tell me a story." }];
+let whole = "";
+await check("chat.completions.create", async () => {
+  const r = await client.chat.completions.create({ model: "any", messages, max_tokens: 12, temperature: 0 });
+  whole = r.choices[0].message.content;
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.ok(whole.length > 0);
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.usage.completion_tokens, 12);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 12);
+});
+
+await check("chat.completions.create stream", async () => {
+  const stream = await client.chat.completions.create({ model: "any", messages, max_tokens: 12, temperature: 0, stream: true });
+  let text = "", finish = null, chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    assert.equal(chunk.object, "chat.completion.chunk");
+    text += chunk.choices[0]?.delta?.content ?? "";
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.ok(chunks >= 3);
+  assert.equal(text, whole);
+  assert.equal(finish, "length");
+});
+
+await check("completions.create, with and without stream", async () => {
+  const r = await client.completions.create({ model: "any", prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+  assert.equal(r.object, "text_completion");
+  const stream = await client.completions.create({ model: "any", prompt: "Once upon a time", max_tokens: 8, temperature: 0, stream: true });
+  let text = "";
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+  assert.equal(text, r.choices[0].text);
+});
+
+await check("a wrong key is an AuthenticationError (401)", async () => {
+  const bad = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "wrong", maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (e) => e.status === 401 && e instanceof OpenAI.AuthenticationError);
+});
+
+await check("a bad request is a BadRequestError (400) with the server's message", async () => {
+  await assert.rejects(client.chat.completions.create({ model: "any", messages: [{ role: "wizard", content: "x" }] }),
+                       (e) => e.status === 400 && /unknown role/.test(e.message));
+});
+
+await check("curl -N: every event is 'data: ...' + a blank line, the last is [DONE]", async () => {
+  const body = JSON.stringify({ messages, max_tokens: 5, temperature: 0, stream: true });
+  const raw = execFileSync("curl", ["-sN", "-H", `Authorization: Bearer ${key}`, "-H", "Content-Type: application/json",
+                                    "-d", body, `http://127.0.0.1:${port}/v1/chat/completions`]).toString();
+  assert.ok(raw.endsWith("data: [DONE]\n\n"), JSON.stringify(raw.slice(-40)));
+  const events = raw.split("\n\n").slice(0, -1);
+  for (const e of events) assert.ok(e.startsWith("data: ") && !e.includes("\n"), JSON.stringify(e));
+  assert.ok(events.length >= 4);
+});
+
+server.kill();
+process.exit(failed ? 1 : 0);
