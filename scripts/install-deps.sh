@@ -4,6 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake git openssl ca-certificates npm ccache
       libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev curl
+      chromium
       libgtest-dev libgmock-dev googletest libbenchmark-dev)
 missing=()
 for p in "${PKGS[@]}"; do
