@@ -2,7 +2,7 @@
 // playwright-core): type a message, press Enter, and a streamed reply appears.
 //   node chat-page.mjs TOY_BINARY MODEL.gguf
 import { chromium } from "playwright-core";
-import { spawn } from "node:child_process";
+import { startServer } from "./serve.mjs";
 import { existsSync } from "node:fs";
 
 const [toy, model] = process.argv.slice(2);
@@ -11,17 +11,7 @@ if (!browserPath) {
   console.log("no chromium: install Debian's chromium package (scripts/install-deps.sh does)");
   process.exit(1);
 }
-const server = spawn(toy, ["serve", "-m", model, "--port", "0", "-np", "2", "-c", "512", "-t", "2"],
-                     { stdio: ["ignore", "ignore", "pipe"] });
-const port = await new Promise((resolve, reject) => {
-  let err = "";
-  server.stderr.on("data", (d) => {
-    err += d;
-    const m = err.match(/on http:\/\/[^:]+:(\d+)/);
-    if (m) resolve(Number(m[1]));
-  });
-  server.on("exit", (code) => reject(new Error(`toy serve exited (${code}): ${err}`)));
-});
+const { server, port } = await startServer(toy, model);
 
 let ok = false;
 const browser = await chromium.launch({ executablePath: browserPath, args: ["--no-sandbox"] });

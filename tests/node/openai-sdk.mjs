@@ -3,22 +3,13 @@
 // server-sent-events framing byte by byte (curl -N).
 //   node openai-sdk.mjs TOY_BINARY MODEL.gguf
 import OpenAI from "openai";
-import { spawn, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
+import { startServer } from "./serve.mjs";
 import assert from "node:assert/strict";
 
 const [toy, model] = process.argv.slice(2);
 const key = "sk-toy-test";
-const server = spawn(toy, ["serve", "-m", model, "--port", "0", "-np", "2", "-c", "512", "-t", "2", "--api-key", key],
-                     { stdio: ["ignore", "ignore", "pipe"] });
-const port = await new Promise((resolve, reject) => {
-  let err = "";
-  server.stderr.on("data", (d) => {
-    err += d;
-    const m = err.match(/on http:\/\/[^:]+:(\d+)/);
-    if (m) resolve(Number(m[1]));
-  });
-  server.on("exit", (code) => reject(new Error(`toy serve exited (${code}): ${err}`)));
-});
+const { server, port } = await startServer(toy, model, ["--api-key", key]);
 
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: key });
 let failed = 0;
