@@ -100,6 +100,22 @@ TEST(Scheduler, TheNextRequestOnASlotReusesTheCachedPrefix) {
     EXPECT_EQ(got.text, want);
 }
 
+TEST(Scheduler, APromptPrefixHeldByAnotherSlotIsShared) {
+    Served sv;
+    serve::Scheduler sched(*sv.model, sv.vocab, sv.session(512), {.n_slots = 2});
+    const serve::Request a = sv.request("Once upon a time, there was a little girl named Lily", 6);
+    read_all(*sched.submit(a));  // slot 0 now holds a's prompt
+    // while slot 0 serves a long request, the same prompt again goes to slot 1
+    auto busy = sched.submit(sv.request("One day", 200));
+    const Reply again = read_all(*sched.submit(a));
+    EXPECT_EQ(again.last.cached_tokens, (int64_t)a.prompt.size() - 1);
+    std::string want;
+    for (int32_t t : sv.alone(a)) want += sv.vocab.token_to_piece(t);
+    EXPECT_EQ(again.text, want);
+    busy->cancel();
+    read_all(*busy);
+}
+
 TEST(Scheduler, BadRequestsFullQueueAndCancellation) {
     Served sv;
     serve::Scheduler sched(*sv.model, sv.vocab, sv.session(128), {.n_slots = 2, .max_queue = 1});

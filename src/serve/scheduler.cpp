@@ -127,16 +127,20 @@ void Scheduler::loop() {
     for (;;) {
         {
             std::unique_lock lock(mu_);
-            // take waiting requests into idle slots: each into the one whose
-            // cells hold the longest prefix of its prompt
+            // take waiting requests into idle slots: each into the one that
+            // loses the fewest cached tokens (those past the common prefix
+            // with its prompt), the longest prefix among equals
             while (!queue_.empty()) {
                 Slot *best = nullptr;
-                size_t best_common = 0;
+                size_t best_lost = 0, best_common = 0;
                 for (auto &s : slots_) {
                     if (s->active()) continue;
                     const std::vector<int32_t> &p = queue_.front().req.prompt;
                     const size_t common = std::mismatch(s->cached.begin(), s->cached.end(), p.begin(), p.end()).first - s->cached.begin();
-                    if (!best || common > best_common) best = s.get(), best_common = common;
+                    const size_t lost = s->cached.size() - common;
+                    if (!best || lost < best_lost || (lost == best_lost && common > best_common)) {
+                        best = s.get(), best_lost = lost, best_common = common;
+                    }
                 }
                 if (!best) break;
                 Pending p = std::move(queue_.front());
@@ -170,12 +174,28 @@ void Scheduler::loop() {
 }
 
 void Scheduler::start(Slot &s, Pending p) {
-    // reuse the longest common prefix of what the slot's cells hold; at least
-    // one prompt token is evaluated again, for its logits
-    size_t common = 0;
-    while (common < s.cached.size() && common + 1 < p.req.prompt.size() && s.cached[common] == p.req.prompt[common]) ++common;
-    session_.kv().remove(s.seq, (int32_t)common);
-    s.cached.resize(common);
+    // reuse the longest common prefix that any sequence's cells hold: the
+    // slot's own, or another's, shared by adding this sequence to those cells
+    // (no K/V is copied). At least one prompt token is evaluated again, for
+    // its logits.
+    const std::vector<int32_t> &prompt = p.req.prompt;
+    auto common_with = [&](const Slot &o) {
+        const size_t n = std::min(o.cached.size(), prompt.size() - 1);
+        return (size_t)(std::mismatch(o.cached.begin(), o.cached.begin() + (long)n, prompt.begin()).first - o.cached.begin());
+    };
+    size_t common = common_with(s);
+    const Slot *donor = &s;
+    for (const auto &o : slots_) {
+        const size_t c = common_with(*o);
+        if (c > common) common = c, donor = o.get();
+    }
+    if (donor == &s) {
+        session_.kv().remove(s.seq, (int32_t)common);
+    } else {
+        session_.kv().remove(s.seq);
+        session_.kv().copy(donor->seq, s.seq, 0, (int32_t)common);
+    }
+    s.cached.assign(prompt.begin(), prompt.begin() + (long)common);
     s.fed = common;
     s.reused = (int64_t)common;
     s.req = std::move(p.req);

@@ -2,8 +2,9 @@
 // engine thread runs continuous batching: every step decodes one token for
 // each sequence that is generating and fills the rest of the batch with chunks
 // of waiting prompts, so a new request's prompt joins without stalling the
-// others. Each of the n_slots sequences keeps its cells after a request, and
-// the next request on that slot reuses the longest common prompt prefix.
+// others. Each of the n_slots sequences keeps its cells after a request; a
+// new request reuses the longest prompt prefix any sequence holds (its own
+// slot's, or another's cells shared into its sequence without copying K/V).
 // HTTP threads submit() requests and read their Streams.
 #pragma once
 
