@@ -116,6 +116,25 @@ TEST(Scheduler, APromptPrefixHeldByAnotherSlotIsShared) {
     read_all(*busy);
 }
 
+TEST(Scheduler, AnEarlierPromptComesBackFromASpareSequence) {
+    Served sv;
+    serve::Scheduler sched(*sv.model, sv.vocab, sv.session(256), {.n_slots = 1});
+    const serve::Request a = sv.request("Once upon a time, there was a little girl named Lily", 6);
+    const serve::Request b = sv.request("One day, a big dog ran to the park", 6);
+    read_all(*sched.submit(a));
+    read_all(*sched.submit(b));  // the only slot now holds b; a's cells were kept as a spare
+    const Reply again = read_all(*sched.submit(a));
+    EXPECT_EQ(again.last.cached_tokens, (int64_t)a.prompt.size() - 1);
+    std::string want;
+    for (int32_t t : sv.alone(a)) want += sv.vocab.token_to_piece(t);
+    EXPECT_EQ(again.text, want);
+    // spares give way when the cache needs their cells: many long requests still all run
+    for (int i = 0; i < 6; ++i) {
+        const Reply r = read_all(*sched.submit(sv.request(fmt::format("Story {} begins with a", i), 150)));
+        EXPECT_NE(r.last.finish_reason, "error") << r.last.error;
+    }
+}
+
 TEST(Scheduler, BadRequestsFullQueueAndCancellation) {
     Served sv;
     serve::Scheduler sched(*sv.model, sv.vocab, sv.session(128), {.n_slots = 2, .max_queue = 1});

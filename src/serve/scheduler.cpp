@@ -179,21 +179,40 @@ void Scheduler::start(Slot &s, Pending p) {
     // (no K/V is copied). At least one prompt token is evaluated again, for
     // its logits.
     const std::vector<int32_t> &prompt = p.req.prompt;
-    auto common_with = [&](const Slot &o) {
-        const size_t n = std::min(o.cached.size(), prompt.size() - 1);
-        return (size_t)(std::mismatch(o.cached.begin(), o.cached.begin() + (long)n, prompt.begin()).first - o.cached.begin());
+    auto common_with = [&](const std::vector<int32_t> &cached) {
+        const size_t n = std::min(cached.size(), prompt.size() - 1);
+        return (size_t)(std::mismatch(cached.begin(), cached.begin() + (long)n, prompt.begin()).first - cached.begin());
     };
-    size_t common = common_with(s);
-    const Slot *donor = &s;
-    for (const auto &o : slots_) {
-        const size_t c = common_with(*o);
-        if (c > common) common = c, donor = o.get();
+    KvCache &kv = session_.kv();
+    // what this slot holds beyond the prefix it keeps becomes a spare, unless
+    // another sequence holds all of it already or no sequence id is free
+    const size_t own = common_with(s.cached);
+    auto holds_all = [&](const std::vector<int32_t> &t) {
+        return t.size() >= s.cached.size() && std::equal(s.cached.begin(), s.cached.end(), t.begin());
+    };
+    bool kept = s.cached.size() <= own;
+    for (const auto &o : slots_) kept = kept || (o.get() != &s && holds_all(o->cached));
+    for (const Spare &sp : spares_) kept = kept || holds_all(sp.tokens);
+    if (!kept && opts_.n_slots + (int)spares_.size() < KvCache::kMaxSeqs) {
+        int32_t id = opts_.n_slots;
+        while (std::any_of(spares_.begin(), spares_.end(), [&](const Spare &sp) { return sp.seq == id; })) ++id;
+        kv.copy(s.seq, id, 0, (int32_t)s.cached.size());
+        spares_.push_back({id, s.cached, ++clock_});
     }
-    if (donor == &s) {
-        session_.kv().remove(s.seq, (int32_t)common);
+    // the longest prefix any sequence holds
+    size_t common = own;
+    int32_t donor = s.seq;
+    for (const auto &o : slots_) {
+        if (const size_t c = common_with(o->cached); c > common) common = c, donor = o->seq;
+    }
+    for (Spare &sp : spares_) {
+        if (const size_t c = common_with(sp.tokens); c > common) common = c, donor = sp.seq, sp.used = ++clock_;
+    }
+    if (donor == s.seq) {
+        kv.remove(s.seq, (int32_t)common);
     } else {
-        session_.kv().remove(s.seq);
-        session_.kv().copy(donor->seq, s.seq, 0, (int32_t)common);
+        kv.remove(s.seq);
+        kv.copy(donor, s.seq, 0, (int32_t)common);
     }
     s.cached.assign(prompt.begin(), prompt.begin() + (long)common);
     s.fed = common;
@@ -233,6 +252,15 @@ void Scheduler::finish(Slot &s, const std::string &reason, const std::string &er
     s.sampler.reset();
 }
 
+void Scheduler::make_room(int64_t need) {
+    KvCache &kv = session_.kv();
+    while (kv.size() - kv.n_used() < need && !spares_.empty()) {
+        auto lru = std::min_element(spares_.begin(), spares_.end(), [](const Spare &a, const Spare &b) { return a.used < b.used; });
+        kv.remove(lru->seq);
+        spares_.erase(lru);
+    }
+}
+
 bool Scheduler::step() {
     // requests whose reader left end here (their cells stay for reuse)
     for (auto &s : slots_)
@@ -263,6 +291,7 @@ bool Scheduler::step() {
         std::lock_guard lock(mu_);
         stats_.active = std::count_if(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
     }
+    make_room(batch.size());
     session_.decode(batch);
     // output rows come in batch order, which is row_slot's order
     const int64_t V = session_.n_vocab();

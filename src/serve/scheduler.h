@@ -5,6 +5,9 @@
 // others. Each of the n_slots sequences keeps its cells after a request; a
 // new request reuses the longest prompt prefix any sequence holds (its own
 // slot's, or another's cells shared into its sequence without copying K/V).
+// What a slot would throw away is kept as a spare sequence (a prompt cache in
+// the KV cache's free cells), the least recently used evicted when cells run
+// short.
 // HTTP threads submit() requests and read their Streams.
 #pragma once
 
@@ -95,6 +98,11 @@ public:
 
 private:
     struct Slot;
+    struct Spare {
+        int32_t seq;
+        std::vector<int32_t> tokens;  // what its cells hold, in order
+        uint64_t used = 0;            // last use, for eviction
+    };
     struct Pending {
         Request req;
         std::shared_ptr<Stream> out;
@@ -109,6 +117,10 @@ private:
     Session session_;
     int64_t slot_ctx_ = 0;
     std::vector<std::unique_ptr<Slot>> slots_;
+    std::vector<Spare> spares_;
+    uint64_t clock_ = 0;
+    // frees cells by forgetting the least recently used spares until `need` are free
+    void make_room(int64_t need);
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
