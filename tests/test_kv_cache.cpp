@@ -37,6 +37,8 @@ TEST(KvCache, CellsAreFoundStoredRemovedAndReused) {
     EXPECT_EQ(f.kv.pos_max(0), 2);
     EXPECT_EQ(f.kv.pos_max(1), 3);
     EXPECT_EQ(f.kv.n_active(), 7);
+    EXPECT_EQ(f.kv.n_active(a), 3);  // sequence 0 sees cells 0..2 only
+    EXPECT_EQ(f.kv.n_active(b), 7);
     f.kv.remove(0);  // sequence 0's cells 0..2 become free and are found first
     EXPECT_EQ(f.kv.pos_max(0), -1);
     EXPECT_EQ(f.kv.n_used(), 4);

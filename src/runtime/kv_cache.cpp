@@ -115,6 +115,14 @@ int64_t KvCache::n_active() const {
     return 0;
 }
 
+int64_t KvCache::n_active(const Batch &b) const {
+    uint64_t seqs = 0;
+    for (int32_t s : b.seq) seqs |= uint64_t{1} << s;
+    for (int64_t j = size() - 1; j >= 0; --j)
+        if (cells_[(size_t)j].pos >= 0 && (cells_[(size_t)j].seqs & seqs)) return j + 1;
+    return 0;
+}
+
 void KvCache::fill_mask(ggml_tensor *mask, const Batch &b, int64_t n_swa) const {
     const int64_t n_kv = mask->ne[0];
     std::vector<float> f((size_t)(n_kv * b.size()), -INFINITY);

@@ -53,8 +53,11 @@ public:
     void copy(int32_t src, int32_t dst, int32_t p0 = 0, int32_t p1 = INT32_MAX);
     // The highest position `seq` holds, -1 when it holds none.
     int32_t pos_max(int32_t seq) const;
-    // Cells a graph must attend: one past the highest used cell.
+    // Cells a graph must attend: one past the highest used cell, or (with a
+    // batch) the highest cell any of its sequences sees — cells only other
+    // sequences see (a server's cached prompts) cost its attention nothing.
     int64_t n_active() const;
+    int64_t n_active(const Batch &b) const;
 
     // mask [n_kv, n_tokens] (F32 or F16): 0 where batch token i may attend
     // cell j — j holds i's sequence at a position <= i's (and, n_swa > 0,

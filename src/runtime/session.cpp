@@ -144,7 +144,7 @@ void Session::decode_ubatch(const Batch &ub, float *out) {
     const std::vector<int64_t> cells = kv_->find_slot(ub);
     kv_->store(ub, cells);
     const int64_t n_out = (int64_t)rows.size();
-    const int64_t n_kv = std::min(n_ctx_, (kv_->n_active() + kKvPad - 1) / kKvPad * kKvPad);
+    const int64_t n_kv = std::min(n_ctx_, (kv_->n_active(ub) + kKvPad - 1) / kKvPad * kKvPad);
     const Shape shape{T, n_kv, n_out};
     if (!(shape == shape_)) build_graph(T, n_kv, n_out);
     set_inputs(ub, cells, rows);
