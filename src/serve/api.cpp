@@ -146,6 +146,14 @@ json completion_logprobs(const text::Vocab &vocab, const std::vector<TokenLogpro
     return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+// One entry of "choices": chat's message (or stream delta) under `chat_key`,
+// or the completion's text, with its finish reason and log-probabilities.
+json choice_json(bool chat, const char *chat_key, json content, json finish, json logprobs) {
+    json c = {{"index", 0}, {"finish_reason", std::move(finish)}, {"logprobs", std::move(logprobs)}};
+    c[chat ? chat_key : "text"] = std::move(content);
+    return c;
+}
+
 int64_t now_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -299,7 +307,13 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
     }
     const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
     const int64_t created = now_seconds();
-    const std::string object = chat ? "chat.completion" : "text_completion";
+    auto response = [=, this](const char *object, json choice) {
+        return json{{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
+                    {"choices", json::array({std::move(choice)})}};
+    };
+    auto logprobs_json = [=, this](const std::vector<TokenLogprob> &lps, size_t &offset) {
+        return chat ? chat_logprobs(*vocab_, lps) : completion_logprobs(*vocab_, lps, offset);
+    };
     auto usage = [](const Event &ev) {
         return json{{"prompt_tokens", ev.prompt_tokens},
                     {"completion_tokens", ev.completion_tokens},
@@ -315,39 +329,27 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
             lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
         }
         if (ev.finish_reason == "error") throw ApiError{500, ev.error, "server_error"};
-        json choice = {{"index", 0}, {"finish_reason", ev.finish_reason}, {"logprobs", nullptr}};
         size_t offset = 0;
-        if (want_logprobs) choice["logprobs"] = chat ? chat_logprobs(*vocab_, lps) : completion_logprobs(*vocab_, lps, offset);
-        if (chat) {
-            choice["message"] = {{"role", "assistant"}, {"content", text}};
-        } else {
-            choice["text"] = text;
-        }
-        return send_json(res, {{"id", id}, {"object", object}, {"created", created}, {"model", opts_.model_name},
-                               {"choices", json::array({choice})}, {"usage", usage(ev)}});
+        const json content = chat ? json{{"role", "assistant"}, {"content", text}} : json(text);
+        json reply = response(chat ? "chat.completion" : "text_completion",
+                              choice_json(chat, "message", content, ev.finish_reason,
+                                          want_logprobs ? logprobs_json(lps, offset) : json(nullptr)));
+        reply["usage"] = usage(ev);
+        return send_json(res, reply);
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [=, this](size_t, httplib::DataSink &sink) {
-            const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+        [=](size_t, httplib::DataSink &sink) {
             auto send = [&](const json &j) {
                 const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
                 return sink.write(line.data(), line.size());
             };
             size_t offset = 0;
             auto chunk = [&](const json &delta_or_text, const json &finish, const std::vector<TokenLogprob> &lps = {}) {
-                json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
-                if (want_logprobs && !lps.empty()) {
-                    choice["logprobs"] = chat ? chat_logprobs(*vocab_, lps) : completion_logprobs(*vocab_, lps, offset);
-                }
-                if (chat) {
-                    choice["delta"] = delta_or_text;
-                } else {
-                    choice["text"] = delta_or_text;
-                }
-                return json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", opts_.model_name},
-                            {"choices", json::array({choice})}};
+                const json lp = want_logprobs && !lps.empty() ? logprobs_json(lps, offset) : json(nullptr);
+                return response(chat ? "chat.completion.chunk" : "text_completion",
+                                choice_json(chat, "delta", delta_or_text, finish, lp));
             };
             if (chat && !send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return out->cancel(), false;
             Event ev;
