@@ -10,6 +10,13 @@
 namespace toy::graph {
 namespace {
 
+// Points a node's sources (and the tensor it views) at f(source); f maps null to null.
+template <typename F>
+void remap_sources(ggml_tensor *node, F &&f) {
+    for (ggml_tensor *&src : node->src) src = f(src);
+    node->view_src = f(node->view_src);
+}
+
 // Same batch dimensions (2 and 3): out_prod's broadcasting has no matmul equivalent here.
 bool same_batches(const ggml_tensor *a, const ggml_tensor *b) { return a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3]; }
 
@@ -138,25 +145,16 @@ ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *los
         auto it = rw.replacement.find(t);
         return it == rw.replacement.end() ? t : it->second;
     };
-    const auto substitute = [&](ggml_tensor *node) {
-        for (ggml_tensor *&src : node->src)
-            if (src) src = replaced(src);
-        if (node->view_src) node->view_src = replaced(node->view_src);
-    };
-    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) substitute(ggml_graph_node(gf, i));
-    for (auto &[old, now] : rw.replacement) substitute(now);
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) remap_sources(ggml_graph_node(gf, i), replaced);
+    for (auto &[old, now] : rw.replacement) remap_sources(now, replaced);
 
     std::optional<Recompute> again;
     if (opts.recompute_from) {
         again.emplace(ctx, forward, *opts.recompute_from);
-        const auto read_copies = [&](ggml_tensor *node) {
-            for (ggml_tensor *&src : node->src) src = (*again)(src);
-            node->view_src = (*again)(node->view_src);
-        };
         for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
-            if (!forward.count(ggml_graph_node(gf, i))) read_copies(ggml_graph_node(gf, i));
+            if (!forward.count(ggml_graph_node(gf, i))) remap_sources(ggml_graph_node(gf, i), *again);
         }
-        for (auto &[old, now] : rw.replacement) read_copies(now);
+        for (auto &[old, now] : rw.replacement) remap_sources(now, *again);
     }
 
     // the rewritten products read new nodes: a fresh graph built from the

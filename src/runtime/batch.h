@@ -26,7 +26,6 @@ struct Batch {
         for (uint8_t o : output) n += o;
         return n;
     }
-    void clear() { *this = Batch{}; }
 };
 
 }  // namespace toy

@@ -73,9 +73,12 @@ std::vector<int64_t> KvCache::find_slot(const Batch &b) const {
     return out;
 }
 
+void KvCache::check(int32_t seq) {
+    if (seq < 0 || seq >= kMaxSeqs) fail("sequence id {}: expected 0 to {}", seq, kMaxSeqs - 1);
+}
+
 void KvCache::check(const Batch &b) {
-    for (int32_t s : b.seq)
-        if (s < 0 || s >= kMaxSeqs) fail("sequence id {}: expected 0 to {}", s, kMaxSeqs - 1);
+    for (int32_t s : b.seq) check(s);
 }
 
 void KvCache::store(const Batch &b, std::span<const int64_t> cells) {
@@ -96,8 +99,8 @@ void KvCache::remove(int32_t seq, int32_t p0, int32_t p1) {
 }
 
 void KvCache::copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-    for (int32_t s : {src, dst})
-        if (s < 0 || s >= kMaxSeqs) fail("sequence id {}: expected 0 to {}", s, kMaxSeqs - 1);
+    check(src);
+    check(dst);
     for (Cell &c : cells_)
         if (c.pos >= p0 && c.pos < p1 && (c.seqs >> src & 1)) c.seqs |= uint64_t{1} << dst;
 }
@@ -109,18 +112,18 @@ int32_t KvCache::pos_max(int32_t seq) const {
     return p;
 }
 
-int64_t KvCache::n_active() const {
+int64_t KvCache::n_active(uint64_t seqs) const {
     for (int64_t j = size() - 1; j >= 0; --j)
-        if (cells_[(size_t)j].pos >= 0) return j + 1;
+        if (cells_[(size_t)j].pos >= 0 && (cells_[(size_t)j].seqs & seqs)) return j + 1;
     return 0;
 }
+
+int64_t KvCache::n_active() const { return n_active(~uint64_t{0}); }
 
 int64_t KvCache::n_active(const Batch &b) const {
     uint64_t seqs = 0;
     for (int32_t s : b.seq) seqs |= uint64_t{1} << s;
-    for (int64_t j = size() - 1; j >= 0; --j)
-        if (cells_[(size_t)j].pos >= 0 && (cells_[(size_t)j].seqs & seqs)) return j + 1;
-    return 0;
+    return n_active(seqs);
 }
 
 void KvCache::fill_mask(ggml_tensor *mask, const Batch &b, int64_t n_swa) const {

@@ -42,6 +42,7 @@ public:
     std::vector<int64_t> find_slot(const Batch &b) const;
     // Throws toy::Error unless every sequence id is in 0 .. kMaxSeqs - 1.
     static void check(const Batch &b);
+    static void check(int32_t seq);
     void store(const Batch &b, std::span<const int64_t> cells);
 
     // Forgets sequence `seq`'s cells with positions in [p0, p1) (seq < 0:
@@ -65,6 +66,8 @@ public:
     void fill_mask(ggml_tensor *mask, const Batch &b, int64_t n_swa) const;
 
 private:
+    int64_t n_active(uint64_t seqs) const;  // one past the highest cell a sequence of the set sees
+
     struct Cell {
         int32_t pos = -1;   // -1: free
         uint64_t seqs = 0;  // bit s: sequence s sees this cell
