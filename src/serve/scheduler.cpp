@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace toy::serve {
 
@@ -36,6 +37,12 @@ void Stream::push(Event ev) {
 }
 
 namespace {
+
+// How many leading tokens `cached` and `prompt` share, at most `limit`.
+size_t common_prefix(const std::vector<int32_t> &cached, const std::vector<int32_t> &prompt, size_t limit = SIZE_MAX) {
+    const size_t n = std::min({cached.size(), prompt.size(), limit});
+    return (size_t)(std::mismatch(cached.begin(), cached.begin() + (long)n, prompt.begin()).first - cached.begin());
+}
 
 TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int n_top) {
     float mx = -INFINITY;
@@ -135,8 +142,7 @@ void Scheduler::loop() {
                 size_t best_lost = 0, best_common = 0;
                 for (auto &s : slots_) {
                     if (s->active()) continue;
-                    const std::vector<int32_t> &p = queue_.front().req.prompt;
-                    const size_t common = std::mismatch(s->cached.begin(), s->cached.end(), p.begin(), p.end()).first - s->cached.begin();
+                    const size_t common = common_prefix(s->cached, queue_.front().req.prompt);
                     const size_t lost = s->cached.size() - common;
                     if (!best || lost < best_lost || (lost == best_lost && common > best_common)) {
                         best = s.get(), best_lost = lost, best_common = common;
@@ -166,9 +172,15 @@ void Scheduler::loop() {
         try {
             step();
         } catch (const Error &e) {
-            // a failed decode leaves the cache as it was: every request in it ends with the error
-            for (auto &s : slots_)
+            // every request in the failed step ends with the error; the token
+            // lists already name the step's tokens, which have no cells, so
+            // the cache is forgotten rather than trusted
+            for (auto &s : slots_) {
                 if (s->active()) finish(*s, "error", e.what());
+                s->cached.clear();
+            }
+            spares_.clear();
+            session_.kv().clear();
         }
     }
 }
@@ -179,10 +191,7 @@ void Scheduler::start(Slot &s, Pending p) {
     // (no K/V is copied). At least one prompt token is evaluated again, for
     // its logits.
     const std::vector<int32_t> &prompt = p.req.prompt;
-    auto common_with = [&](const std::vector<int32_t> &cached) {
-        const size_t n = std::min(cached.size(), prompt.size() - 1);
-        return (size_t)(std::mismatch(cached.begin(), cached.begin() + (long)n, prompt.begin()).first - cached.begin());
-    };
+    auto common_with = [&](const std::vector<int32_t> &cached) { return common_prefix(cached, prompt, prompt.size() - 1); };
     KvCache &kv = session_.kv();
     // what this slot holds beyond the prefix it keeps becomes a spare, unless
     // another sequence holds all of it already or no sequence id is free
@@ -202,12 +211,14 @@ void Scheduler::start(Slot &s, Pending p) {
     // the longest prefix any sequence holds
     size_t common = own;
     int32_t donor = s.seq;
+    Spare *spare_donor = nullptr;
     for (const auto &o : slots_) {
         if (const size_t c = common_with(o->cached); c > common) common = c, donor = o->seq;
     }
     for (Spare &sp : spares_) {
-        if (const size_t c = common_with(sp.tokens); c > common) common = c, donor = sp.seq, sp.used = ++clock_;
+        if (const size_t c = common_with(sp.tokens); c > common) common = c, donor = sp.seq, spare_donor = &sp;
     }
+    if (spare_donor) spare_donor->used = ++clock_;
     if (donor == s.seq) {
         kv.remove(s.seq, (int32_t)common);
     } else {
@@ -287,10 +298,6 @@ bool Scheduler::step() {
         }
     }
     if (batch.size() == 0) return false;
-    {
-        std::lock_guard lock(mu_);
-        stats_.active = std::count_if(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
-    }
     make_room(batch.size());
     session_.decode(batch);
     // output rows come in batch order, which is row_slot's order
