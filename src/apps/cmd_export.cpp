@@ -6,6 +6,7 @@
 //   toy export -m model.gguf --per-head-layout -o per-head.gguf
 //   toy fuse per-head.gguf fused.gguf
 #include "apps/cli.h"
+#include "apps/session_options.h"
 #include "core/error.h"
 #include "model/export.h"
 
@@ -17,8 +18,7 @@ namespace {
 
 struct ExportFlags {
     std::string model, output, type;
-    std::vector<std::string> lora;
-    std::vector<std::pair<std::string, float>> lora_scaled;
+    LoraFlags lora;
     bool per_head_layout = false;
 };
 
@@ -35,10 +35,7 @@ int run_export(const ExportFlags &f, const char *verb) {
     if (f.output == f.model) fail("-o: the output would overwrite the model {}", f.model);
     const auto t0 = std::chrono::steady_clock::now();
     auto model = Model::load(f.model, export_load_options());
-    std::vector<std::pair<std::string, float>> files;
-    for (const auto &p : f.lora) files.emplace_back(p, 1.0f);
-    files.insert(files.end(), f.lora_scaled.begin(), f.lora_scaled.end());
-    const LoraSet loras = LoraSet::load(files, *model);
+    const LoraSet loras = f.lora.load(*model);
     ExportOptions o;
     if (!f.type.empty()) o.type = parse_init_type(f.type);
     o.per_head_layout = f.per_head_layout;
@@ -57,8 +54,7 @@ Command reg_export("export", "Write a plain GGUF: LoRA adapters merged, matrices
                    [](CLI::App &app) {
                        auto f = std::make_shared<ExportFlags>();
                        app.add_option("-m,--model", f->model, "base GGUF model")->required();
-                       app.add_option("--lora", f->lora, "merge this LoRA adapter (repeatable)");
-                       app.add_option("--lora-scaled", f->lora_scaled, "merge this adapter with this scale (FILE SCALE; repeatable)");
+                       f->lora.add_to(app, "merge");
                        app.add_option("-o,--output", f->output, "output GGUF (written atomically)");
                        std::string types;
                        for (const auto &t : init_type_names()) types += (types.empty() ? "" : "|") + t;

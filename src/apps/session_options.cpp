@@ -23,10 +23,21 @@ Mode parse_on_off_auto(const std::string &s, const char *flag) {
 
 }  // namespace
 
+void LoraFlags::add_to(CLI::App &app, const char *verb) {
+    app.add_option("--lora", lora, fmt::format("{} this LoRA adapter (llama.cpp's GGUF format; repeatable)", verb));
+    app.add_option("--lora-scaled", lora_scaled, fmt::format("{} this LoRA adapter with this scale (FILE SCALE; repeatable)", verb));
+}
+
+LoraSet LoraFlags::load(const Model &model) const {
+    std::vector<std::pair<std::string, float>> files;
+    for (const std::string &f : lora) files.emplace_back(f, 1.0f);
+    files.insert(files.end(), lora_scaled.begin(), lora_scaled.end());
+    return LoraSet::load(files, model);
+}
+
 void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
-    app.add_option("--lora", lora, "apply this LoRA adapter (llama.cpp's GGUF format; repeatable)");
-    app.add_option("--lora-scaled", lora_scaled, "apply this LoRA adapter with this scale (FILE SCALE; repeatable)");
+    lora.add_to(app, "apply");
     app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
     app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack copies; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (no fusing at load)");
@@ -77,10 +88,7 @@ SessionOptions ModelFlags::session_options() const {
 
 std::unique_ptr<Model> ModelFlags::load() const {
     auto model = Model::load(model_path, load_options());
-    std::vector<std::pair<std::string, float>> files;
-    for (const std::string &f : lora) files.emplace_back(f, 1.0f);
-    files.insert(files.end(), lora_scaled.begin(), lora_scaled.end());
-    loras_ = LoraSet::load(files, *model);
+    loras_ = lora.load(*model);
     return model;
 }
 

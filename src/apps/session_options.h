@@ -14,6 +14,17 @@
 
 namespace toy::cli {
 
+// --lora FILE and --lora-scaled FILE SCALE (repeatable, as in llama.cpp).
+struct LoraFlags {
+    std::vector<std::string> lora;                           // scale 1
+    std::vector<std::pair<std::string, float>> lora_scaled;
+
+    // `verb` says what the command does with them ("apply", "merge").
+    void add_to(CLI::App &app, const char *verb);
+    // The adapters, checked against the model they adapt.
+    LoraSet load(const Model &model) const;
+};
+
 struct ModelFlags {
     std::string model_path;
     bool no_mmap = false;
@@ -29,8 +40,7 @@ struct ModelFlags {
     std::string cache_type_v = "f16";
     std::string flash_attn = "auto";
     bool trace = false;
-    std::vector<std::string> lora;                           // --lora FILE (scale 1)
-    std::vector<std::pair<std::string, float>> lora_scaled;  // --lora-scaled FILE SCALE
+    LoraFlags lora;
 
     void add_to(CLI::App &app, bool with_trace = true);
     LoadOptions load_options() const;
