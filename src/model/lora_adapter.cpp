@@ -30,8 +30,6 @@ bool parse_block_name(const std::string &name, int *layer, std::string *what) {
     return true;
 }
 
-std::string shape_of(const gguf::TensorInfo &t) { return t.shape_string(); }
-
 }  // namespace
 
 LoraAdapter::~LoraAdapter() {
@@ -79,7 +77,7 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string &path, const Mo
     };
     std::vector<Copy> copies;
     auto make = [&](const gguf::TensorInfo &info) {
-        if (info.n_dims > 2) fail("{}: tensor '{}' has shape {}, expected a matrix", path, info.name, shape_of(info));
+        if (info.n_dims > 2) fail("{}: tensor '{}' has shape {}, expected a matrix", path, info.name, info.shape_string());
         const auto *cpu = ggml_get_type_traits_cpu(info.type);
         if (info.type != GGML_TYPE_F32 && !(cpu && cpu->vec_dot)) {
             fail("{}: tensor '{}' has type {}, which toy cannot multiply", path, info.name, ggml_type_name(info.type));
@@ -103,12 +101,12 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string &path, const Mo
             if (ib->ne[1] != ne[0] || ia->ne[1] != ne[1] || ia->ne[0] != ib->ne[0]) {
                 fail("{}: token_embd.weight.lora_a {} and lora_b {} do not fit the embedding {} (expected [r, {}] and "
                      "[r, {}])",
-                     path, shape_of(*ia), shape_of(*ib), fmt::format("[{}, {}]", ne[0], ne[1]), ne[1], ne[0]);
+                     path, ia->shape_string(), ib->shape_string(), fmt::format("[{}, {}]", ne[0], ne[1]), ne[1], ne[0]);
             }
         } else {
             if (ia->ne[0] != ne[0] || ib->ne[1] != ne[1] || ia->ne[1] != ib->ne[0]) {
                 fail("{}: {}.lora_a {} and lora_b {} do not fit the model's [{}, {}] (expected [{}, r] and [r, {}])", path,
-                     target, shape_of(*ia), shape_of(*ib), ne[0], ne[1], ne[0], ne[1]);
+                     target, ia->shape_string(), ib->shape_string(), ne[0], ne[1], ne[0], ne[1]);
             }
             std::string what;
             if (target == "output.weight") {
