@@ -729,3 +729,24 @@ TEST(TrainCli, OneAdamWStepEqualsLlamaFinetunes) {
     }
     for (const char *name : {"token_embd.weight", "blk.0.attn_k.weight", "blk.1.attn_v.weight"}) EXPECT_EQ(init_vs_ref.at(name), 0.0) << name;
 }
+
+TEST(TrainCli, EvalPrintsTheLossOfAText) {
+    const std::string text = (scratch_dir() / "eval.txt").string();
+    {
+        std::ofstream out(text);
+        for (int i = 0; i < 20; ++i) out << "Once upon a time, there was a little girl named Lily. She liked to play in the park.\n";
+    }
+    const std::string model = shared_path("models/stories260K.gguf");
+    test::CommandResult r = test::run_toy("eval -m " + model + " -f " + text + " -c 64 -t 2 --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_GT(j["n_targets"].get<int64_t>(), 200);
+    EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()), 1e-9);
+    // the trained model knows this text far better than a uniform guess over its 512 tokens
+    EXPECT_LT(j["loss"].get<double>(), 0.5 * std::log(512.0));
+    EXPECT_NEAR(j["loss"].get<double>(), held_out_loss(model, text, 64, 2), 1e-9);
+    // without a text: one line, exit 1
+    r = test::run_toy("eval -m " + model);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
