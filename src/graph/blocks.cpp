@@ -1,5 +1,7 @@
 #include "graph/blocks.h"
 
+#include "graph/packed_matmul.h"
+
 #include <cmath>
 
 namespace toy::graph {
@@ -52,14 +54,21 @@ ggml_tensor *Builder::add_terms(const std::vector<LoraTerm> &terms, ggml_tensor 
     return y;
 }
 
+ggml_tensor *Builder::mul_mat(ggml_tensor *w, ggml_tensor *x) const {
+    if (!w_.is_packed(w)) return ggml_mul_mat(ctx_, w, x);
+    ggml_tensor *&xq = quantized_inputs_[x];
+    if (!xq) xq = quantize_input(ctx_, x);
+    return packed_mul_mat(ctx_, w, x, xq);
+}
+
 ggml_tensor *Builder::linear(int il, Proj p, ggml_tensor *w, ggml_tensor *x, ggml_tensor *b) const {
-    ggml_tensor *y = ggml_mul_mat(ctx_, w, x);
+    ggml_tensor *y = mul_mat(w, x);
     if (il >= 0) y = add_adapters(il, p, y, x);
     return b ? ggml_add(ctx_, y, b) : y;
 }
 
 ggml_tensor *Builder::output(ggml_tensor *w, ggml_tensor *x) const {
-    ggml_tensor *y = ggml_mul_mat(ctx_, w, x);
+    ggml_tensor *y = mul_mat(w, x);
     return adapters_ ? add_terms(adapters_->output, y, x) : y;
 }
 

@@ -17,6 +17,8 @@
 
 #include <ggml.h>
 
+#include <unordered_map>
+
 namespace toy::graph {
 
 // Names a tensor `name-il` (il >= 0) or `name`, as llama.cpp's callbacks do.
@@ -84,8 +86,12 @@ private:
     const Config &c_;
     const Weights &w_;
     ggml_tensor *add_terms(const std::vector<LoraTerm> &terms, ggml_tensor *y, ggml_tensor *x) const;
+    // W x by ggml, or by toy's kernel for a packed W (one quantization of x
+    // per input, shared by the matrices that multiply it: gate and up).
+    ggml_tensor *mul_mat(ggml_tensor *w, ggml_tensor *x) const;
     const Adapters *adapters_;
     bool train_;
+    mutable std::unordered_map<const ggml_tensor *, ggml_tensor *> quantized_inputs_;
 };
 
 }  // namespace toy::graph

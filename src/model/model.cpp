@@ -2,6 +2,7 @@
 
 #include "core/ggml_log.h"
 #include "core/memory.h"
+#include "graph/packed_matmul.h"
 
 #include <ggml-cpu.h>
 
@@ -14,6 +15,9 @@
 
 namespace toy {
 namespace {
+
+// Packed weights start on cache-line boundaries (the kernel streams them).
+constexpr size_t kPackedAlign = 64;
 
 std::string shape_str(const std::vector<int64_t> &ne) {
     std::string s = "[";
@@ -199,6 +203,7 @@ static std::vector<uint8_t> convert_source(const Model::Source &src, ggml_type t
 
 Model::~Model() {
     for (auto *b : extra_bufs_) ggml_backend_buffer_free(b);
+    if (packed_buf_) ggml_backend_buffer_free(packed_buf_);
     if (copy_buf_) ggml_backend_buffer_free(copy_buf_);
     if (mmap_buf_) ggml_backend_buffer_free(mmap_buf_);
     if (ctx_) ggml_free(ctx_);
@@ -289,6 +294,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
         return nullptr;
     };
+    // Else toy's own packed layout, where its kernel takes the matrix.
+    auto packed_for = [&](const Entry &e) {
+        return opts.repack && e.role == TensorRole::Linear && !extra_for(e) &&
+               graph::packed_matmul_supports(e.type, e.ne.data(), (int)e.ne.size());
+    };
     Weights &w = m->w_;
     const bool tied = std::none_of(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.output; });
     if (tied) {
@@ -300,7 +310,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         auto embd = std::find_if(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.tok_embd; });
         if (embd != entries.end()) {
             Entry out{"output.weight", embd->ne, TensorRole::Linear, &w.output, embd->src, embd->type};
-            if (extra_for(out)) entries.push_back(std::move(out));
+            if (extra_for(out) || packed_for(out)) entries.push_back(std::move(out));
         }
     }
     struct Plan {
@@ -308,6 +318,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         const Entry *e;
         bool zero_copy;
         ggml_backend_buffer_type_t extra;  // a CPU extra (AMX, repack) buffer type, or null
+        bool packed;                       // in toy's packed layout
     };
     std::vector<Plan> plans;
     for (const Entry &e : entries) {
@@ -315,8 +326,10 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_set_name(t, e.name.c_str());
         *e.slot = t;
         ggml_backend_buffer_type_t extra = extra_for(e);
-        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !extra && e.src.parts.size() == 1;
-        plans.push_back({t, &e, zero_copy, extra});
+        const bool packed = !extra && packed_for(e);
+        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !extra && !packed && e.src.parts.size() == 1;
+        plans.push_back({t, &e, zero_copy, extra, packed});
+        if (packed) w.packed.insert(t);
     }
     w.tied_output = tied;
     if (!w.output) w.output = w.tok_embd;
@@ -359,6 +372,23 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             at += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, p.t), align);
         }
     }
+    size_t packed_size = 0;
+    for (const Plan &p : plans) packed_size += p.packed ? GGML_PAD(ggml_nbytes(p.t), kPackedAlign) : 0;
+    if (packed_size > 0) {
+        m->packed_buf_ = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), packed_size);
+        if (!m->packed_buf_) fail("{}: could not allocate {} bytes for packed weights", f.path(), packed_size);
+        ggml_backend_buffer_set_usage(m->packed_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        if (huge_pages) advise_huge_pages(m->packed_buf_);
+        auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(m->packed_buf_));
+        size_t at = 0;
+        for (const Plan &p : plans) {
+            if (!p.packed) continue;
+            if (ggml_backend_tensor_alloc(m->packed_buf_, p.t, base + at) != GGML_STATUS_SUCCESS) {
+                fail("{}: could not bind tensor '{}' in the packed buffer", f.path(), p.e->name);
+            }
+            at += GGML_PAD(ggml_nbytes(p.t), kPackedAlign);
+        }
+    }
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
     if (m->copy_buf_) {
         ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
@@ -375,7 +405,12 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
                      [](const Plan *a, const Plan *b) { return ggml_nbytes(a->t) > ggml_nbytes(b->t); });
     for (const Plan *pp : to_fill) {
         const Plan &p = *pp;
-        if (p.e->src.parts.size() == 1 && p.e->src.type == p.t->type) {
+        if (p.packed) {
+            const bool as_is = p.e->src.parts.size() == 1 && p.e->src.type == p.t->type;
+            std::vector<uint8_t> bytes;
+            if (!as_is) bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
+            graph::pack_q8_0(as_is ? p.e->src.parts[0] : bytes.data(), p.t->data, p.t->ne[0], p.t->ne[1]);
+        } else if (p.e->src.parts.size() == 1 && p.e->src.type == p.t->type) {
             ggml_backend_tensor_set(p.t, p.e->src.parts[0], 0, p.e->src.part_bytes[0]);
         } else {
             std::vector<uint8_t> bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
@@ -452,6 +487,7 @@ std::vector<std::pair<std::string, size_t>> Model::placement() const {
         out.emplace_back(ggml_backend_buffer_name(mmap_buf_), n);
     }
     for (auto *b : extra_bufs_) out.emplace_back(ggml_backend_buffer_name(b), ggml_backend_buffer_get_size(b));
+    if (packed_buf_) out.emplace_back("TOY_PACKED", ggml_backend_buffer_get_size(packed_buf_));
     if (copy_buf_) out.emplace_back(ggml_backend_buffer_name(copy_buf_), ggml_backend_buffer_get_size(copy_buf_));
     return out;
 }
@@ -459,7 +495,7 @@ std::vector<std::pair<std::string, size_t>> Model::placement() const {
 size_t Model::repacked_bytes() const {
     size_t n = 0;
     for (auto *b : extra_bufs_) n += ggml_backend_buffer_get_size(b);
-    return n;
+    return n + (packed_buf_ ? ggml_backend_buffer_get_size(packed_buf_) : 0);
 }
 
 }  // namespace toy

@@ -79,9 +79,10 @@ public:
 
     size_t weight_bytes() const;      // bytes of all bound weights
     size_t copied_bytes() const;      // of which copied into backend buffers
-    size_t repacked_bytes() const;    // of which stored in AMX / repack layouts
+    size_t repacked_bytes() const;    // of which stored in AMX / repack / toy's packed layouts
     // Bytes of weights per buffer, by ggml's buffer name ("CPU_Mapped" for
-    // tensors used in place in the file mapping, "AMX", "CPU_REPACK", "CPU"
+    // tensors used in place in the file mapping, "AMX", "CPU_REPACK",
+    // "TOY_PACKED" (graph/packed_matmul.h), "CPU"
     // for plain copies); a tied output projection's own copy counts too.
     std::vector<std::pair<std::string, size_t>> placement() const;
     bool per_head_checkpoint() const { return per_head_; }
@@ -104,6 +105,7 @@ private:
     ggml_backend_buffer_t mmap_buf_ = nullptr;      // wraps the file mapping
     ggml_backend_buffer_t copy_buf_ = nullptr;      // copied / transformed tensors
     std::vector<ggml_backend_buffer_t> extra_bufs_; // matrices in the CPU's AMX / repack layouts
+    ggml_backend_buffer_t packed_buf_ = nullptr;    // matrices in toy's packed layout (Weights::packed)
     bool per_head_ = false;
     // every weight of the file by name: where its bytes are and what it is
     // bound as; read_weight() converts from here (backend layouts such as the

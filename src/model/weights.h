@@ -8,6 +8,7 @@
 #include <ggml.h>
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace toy {
@@ -44,6 +45,10 @@ struct Weights {
     // trainable projection [d_donor, n_embd], computed in the graph (and used
     // as the output projection too when it is tied).
     ggml_tensor *lens_embd = nullptr, *lens_proj = nullptr;
+    // Matrices stored in toy's packed layout (graph/packed_matmul.h): the
+    // graph multiplies them with packed_mul_mat, never ggml_mul_mat.
+    std::unordered_set<const ggml_tensor *> packed;
+    bool is_packed(const ggml_tensor *t) const { return packed.count(t) > 0; }
 };
 
 // What a tensor is, for initialization and requantization decisions.

@@ -1,0 +1,101 @@
+// toy's packed Q8_0 kernel against ggml's own Q8_0 matmul: the same products
+// up to float summation order, for every column count the kernel tiles
+// differently (1-8 per pass, partial passes, several 64-column panels) and
+// for inputs that are views with strides.
+#include "graph/packed_matmul.h"
+
+#include <fmt/format.h>
+#include <ggml-cpu.h>
+#include <ggml.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace toy;
+
+namespace {
+
+struct Case {
+    int64_t n_in, n_out, cols;
+    bool strided;  // x a view of every other column of a wider tensor
+};
+
+}  // namespace
+
+TEST(PackedMatmul, EqualsGgmlsQ8_0MatmulForEveryTiling) {
+    const int64_t shape[2] = {64, 16};
+    if (!graph::packed_matmul_supports(GGML_TYPE_Q8_0, shape, 2)) GTEST_SKIP() << "no AVX-512 VNNI: ggml's kernels run";
+    std::mt19937 rng(11);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (const Case &k : std::vector<Case>{{32, 16, 1, false},
+                                           {64, 16, 2, false},
+                                           {96, 48, 3, false},
+                                           {576, 64, 7, false},
+                                           {576, 64, 8, false},
+                                           {576, 64, 9, false},
+                                           {128, 32, 17, true},
+                                           {256, 80, 64, false},
+                                           {256, 80, 70, false},
+                                           {64, 32, 130, true},
+                                           {1536, 16, 5, false}}) {
+        SCOPED_TRACE(fmt::format("n_in {} n_out {} columns {}{}", k.n_in, k.n_out, k.cols, k.strided ? " strided" : ""));
+        const int64_t wide = k.strided ? 2 * k.cols : k.cols;
+        ggml_init_params ip{(size_t)(k.n_in * k.n_out * 4 + k.n_in * wide * 8 + k.n_out * k.cols * 16) +
+                                32 * ggml_tensor_overhead() + ggml_graph_overhead() + 65536,
+                            nullptr, false};
+        ggml_context *ctx = ggml_init(ip);
+        ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, k.n_in, k.n_out);
+        ggml_tensor *packed = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, k.n_in, k.n_out);
+        std::vector<float> wf(k.n_in * k.n_out);
+        // rows of very different sizes, a zero block, a block with one large value
+        for (int64_t r = 0; r < k.n_out; ++r) {
+            for (int64_t i = 0; i < k.n_in; ++i) wf[r * k.n_in + i] = g(rng) * std::exp2f((float)(r % 7) - 3.0f);
+        }
+        for (int64_t i = 0; i < 32; ++i) wf[i] = 0.0f;
+        wf[k.n_in + 3] = 1000.0f;
+        ggml_quantize_chunk(GGML_TYPE_Q8_0, wf.data(), w->data, 0, k.n_out, k.n_in, nullptr);
+        graph::pack_q8_0(w->data, packed->data, k.n_in, k.n_out);
+
+        ggml_tensor *xs = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k.n_in, wide);
+        for (int64_t i = 0; i < ggml_nelements(xs); ++i) ((float *)xs->data)[i] = g(rng);
+        for (int64_t i = 0; i < 32; ++i) ((float *)xs->data)[i] = 0.0f;  // an all-zero input block
+        ggml_tensor *x = k.strided ? ggml_view_2d(ctx, xs, k.n_in, k.cols, 2 * xs->nb[1], 0) : xs;
+
+        ggml_tensor *ours = graph::packed_mul_mat(ctx, packed, x);
+        ggml_tensor *ref = ggml_mul_mat(ctx, w, x);
+        ggml_cgraph *gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, ours);
+        ggml_build_forward_expand(gf, ref);
+        ggml_graph_compute_with_ctx(ctx, gf, 2);
+
+        ASSERT_EQ(ours->ne[0], k.n_out);
+        ASSERT_EQ(ours->ne[1], k.cols);
+        double worst = 0.0;
+        for (int64_t c = 0; c < k.cols; ++c) {
+            for (int64_t r = 0; r < k.n_out; ++r) {
+                const float a = ((float *)ours->data)[c * k.n_out + r];
+                const float b = ((float *)((char *)ref->data + c * ref->nb[1]))[r];
+                // both sum the same exact block products; only the order of the float sums differs
+                const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
+                worst = std::max(worst, std::fabs(a - b) / tol);
+                ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
+            }
+        }
+        EXPECT_LE(worst, 1.0);
+        ggml_free(ctx);
+    }
+}
+
+TEST(PackedMatmul, SupportsOnlyQ8_0MatricesOfWholeRowGroups) {
+    const int64_t ok[2] = {64, 32}, odd_rows[2] = {64, 40}, stacked[3] = {64, 32, 2};
+    const bool here = graph::packed_matmul_supports(GGML_TYPE_Q8_0, ok, 2);
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_F16, ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, odd_rows, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, stacked, 3));
+    if (!here) GTEST_SKIP() << "no AVX-512 VNNI in this build";
+    const int64_t vocab[2] = {576, 49152};
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, vocab, 2));
+}
