@@ -10,9 +10,15 @@ using namespace toy;
 
 namespace {
 
+text::SamplerParams greedy() {
+    text::SamplerParams p;
+    p.temp = 0.0f;
+    return p;
+}
+
 struct Script {
     text::Vocab vocab = text::Vocab::load(*gguf::File::open(test::shared_path("models/stories260K.gguf")));
-    text::Sampler sampler{text::SamplerParams{.temp = 0.0f}};
+    text::Sampler sampler{greedy()};
     std::vector<float> logits = std::vector<float>((size_t)vocab.n_tokens(), 0.0f);
 
     // runs `gen` over the tokens of `text` then an end-of-text token; returns
@@ -47,7 +53,9 @@ TEST(Generation, EndsAtTheEndOfTextToken) {
 
 TEST(Generation, StopsAtTheTokenLimit) {
     Script s;
-    text::Generation gen(&s.vocab, s.sampler, {.max_tokens = 2});
+    text::GenerationLimits limits;
+    limits.max_tokens = 2;
+    text::Generation gen(&s.vocab, s.sampler, limits);
     auto [shown, steps] = s.play(gen, "Once upon a time");
     EXPECT_EQ(steps, 2);
     EXPECT_EQ(gen.tokens().size(), 2u);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <thread>
 
 using namespace toy;
@@ -18,18 +19,21 @@ struct Server {
     std::unique_ptr<Model> model = Model::load(test::shared_path("models/stories260K.gguf"));
     text::Vocab vocab = text::Vocab::load(model->file());
     text::ChatTemplate tmpl{text::ChatTemplate::builtin_source("chatml")};
-    serve::Api api{serve::ApiOptions{.api_key = "k3y", .max_body = 4096, .model_name = "stories"}};
+    serve::Api api;
     std::unique_ptr<serve::Scheduler> sched;
     int port = 0;
     std::thread listener;
 
-    Server() {
+    explicit Server(int n_ctx = 512, int n_slots = 2, std::chrono::milliseconds keepalive = std::chrono::milliseconds(1000))
+        : api(serve::ApiOptions{.api_key = "k3y", .max_body = 4096, .model_name = "stories", .n_http_threads = 8,
+                                .keepalive = keepalive}) {
         SessionOptions so;
-        so.n_ctx = 512;
+        so.n_ctx = n_ctx;
         so.n_threads = 2;
         port = api.http().bind_to_any_port("127.0.0.1");
         listener = std::thread([this] { api.http().listen_after_bind(); });
-        sched = std::make_unique<serve::Scheduler>(*model, vocab, so, serve::SchedulerOptions{.n_slots = 2, .max_queue = 4});
+        sched = std::make_unique<serve::Scheduler>(*model, vocab, so,
+                                                   serve::SchedulerOptions{.n_slots = n_slots, .max_queue = 4});
         api.attach(*model, vocab, tmpl, *sched);
     }
     ~Server() {
@@ -170,6 +174,78 @@ TEST(Server, StreamingIsServerSentEventsEndingInDone) {
     json whole = post(c, "/v1/chat/completions",
                       R"({"messages": [{"role": "user", "content": "Tell a story"}], "max_tokens": 6, "temperature": 0})");
     EXPECT_EQ(whole["choices"][0]["message"]["content"], content);
+}
+
+// One counter of /metrics.
+int64_t metric(const httplib::Client &cc, const std::string &name) {
+    auto r = const_cast<httplib::Client &>(cc).Get("/metrics");
+    if (!r) return -1;
+    const size_t at = r->body.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::stoll(r->body.substr(at + name.size() + 2));
+}
+
+TEST(Server, LogitBiasAndIgnoreEos) {
+    Server s;
+    auto c = s.client();
+    const json ids = post(c, "/tokenize", R"({"content": " cat"})")["tokens"];
+    ASSERT_FALSE(ids.empty()) << ids.dump();
+    const int32_t cat = ids.back();
+    const std::string three = post(c, "/detokenize", fmt::format(R"({{"tokens": [{0}, {0}, {0}]}})", cat))["content"];
+    ASSERT_FALSE(three.empty());
+    // +100 on one token makes greedy decoding say it every time (OpenAI's object form, then llama-server's pairs)
+    for (const std::string &bias : {fmt::format(R"({{"{}": 100}})", cat), fmt::format("[[{}, 100]]", cat)}) {
+        json r = post(c, "/v1/completions",
+                      fmt::format(R"({{"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0, "logit_bias": {}}})", bias));
+        EXPECT_EQ(r["choices"][0]["text"], three) << r.dump();
+    }
+    // banning it (false) keeps it out of a reply that would otherwise be made of it
+    const std::string piece = post(c, "/detokenize", fmt::format(R"({{"tokens": [{}]}})", cat))["content"];
+    json banned = post(c, "/v1/completions",
+                       fmt::format(R"({{"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0,
+                                       "logit_bias": [[{0}, 100], [{0}, false]]}})", cat));
+    EXPECT_NE(banned["choices"][0]["text"].get<std::string>().rfind(piece, 0), 0u) << banned.dump();
+    int status = 0;
+    json bad = post(c, "/v1/completions", R"({"prompt": "Once", "logit_bias": {"99999": 1}})", &status);
+    EXPECT_EQ(status, 400);
+    EXPECT_NE(bad["error"]["message"].get<std::string>().find("logit_bias"), std::string::npos) << bad.dump();
+    // ignore_eos: an end-of-text token with all the weight does not end the reply before max_tokens
+    json eos = post(c, "/v1/completions",
+                    fmt::format(R"({{"prompt": "Once", "max_tokens": 5, "temperature": 0, "ignore_eos": true,
+                                    "logit_bias": {{"{}": 100}}}})", s.vocab.eos()));
+    EXPECT_EQ(eos["choices"][0]["finish_reason"], "length") << eos.dump();
+    EXPECT_EQ(eos["usage"]["completion_tokens"], 5);
+}
+
+TEST(Server, AClientLeavingANonStreamingRequestStopsIt) {
+    // one slot with a long context: the request below would take seconds
+    Server s(4096, 1, std::chrono::milliseconds(20));
+    {
+        // a client that hangs up at the first byte of the reply (the first keep-alive space)
+        httplib::Client gone("127.0.0.1", s.port);
+        gone.set_bearer_token_auth("k3y");
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.set_header("Content-Type", "application/json");
+        req.body = R"({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "temperature": 0})";
+        req.content_receiver = [](const char *, size_t, uint64_t, uint64_t) { return false; };
+        httplib::Response res;
+        httplib::Error err = httplib::Error::Success;
+        EXPECT_FALSE(gone.send(req, res, err));
+    }
+    auto c = s.client();
+    int64_t cancelled = 0;
+    for (int i = 0; i < 100 && cancelled < 1; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        cancelled = metric(c, "toy_requests_cancelled_total");
+    }
+    EXPECT_EQ(cancelled, 1);
+    const int64_t generated = metric(c, "toy_generated_tokens_total");
+    EXPECT_GT(generated, 0);
+    EXPECT_LT(generated, 4000);
+    // a reply that takes longer than the keep-alive interval still arrives whole, as JSON
+    json r = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 400, "ignore_eos": true, "temperature": 0})");
+    EXPECT_EQ(r["usage"]["completion_tokens"], 400) << r.dump();
 }
 
 TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 
 namespace toy::serve {
 namespace {
@@ -48,8 +50,50 @@ T field(const json &body, const char *key, T fallback, const char *expected) {
     return it->get<T>();
 }
 
-text::SamplerParams sampling_of(const json &b) {
+// OpenAI's {"token id": bias} or llama-server's [[id, bias], ...]; a bias of
+// false bans the token.
+std::vector<std::pair<int32_t, float>> logit_bias_of(const json &b, int32_t n_vocab) {
+    auto it = b.find("logit_bias");
+    if (it == b.end() || it->is_null()) return {};
+    std::vector<std::pair<int32_t, float>> out;
+    auto add = [&](const json &id, const json &bias) {
+        int64_t token = -1;
+        if (id.is_number_integer()) {
+            token = id.get<int64_t>();
+        } else if (id.is_string()) {
+            const std::string s = id.get<std::string>();
+            char *end = nullptr;
+            token = std::strtoll(s.c_str(), &end, 10);
+            if (s.empty() || *end) token = -1;
+        }
+        if (token < 0 || token >= n_vocab) {
+            throw ApiError{400, fmt::format("'logit_bias' keys must be token ids from 0 to {}, found {}", n_vocab - 1,
+                                            id.dump())};
+        }
+        if (bias.is_boolean() && !bias.get<bool>()) {
+            out.emplace_back((int32_t)token, -INFINITY);
+        } else if (bias.is_number()) {
+            out.emplace_back((int32_t)token, bias.get<float>());
+        } else {
+            throw ApiError{400, fmt::format("'logit_bias' values must be numbers (or false), found {}", bias.dump())};
+        }
+    };
+    if (it->is_object()) {
+        for (const auto &[id, bias] : it->items()) add(json(id), bias);
+    } else if (it->is_array()) {
+        for (const json &pair : *it) {
+            if (!pair.is_array() || pair.size() != 2) throw ApiError{400, "'logit_bias' pairs must be [token id, bias]"};
+            add(pair[0], pair[1]);
+        }
+    } else {
+        throw ApiError{400, "'logit_bias' must be an object of token id: bias"};
+    }
+    return out;
+}
+
+text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
     text::SamplerParams p;
+    p.logit_bias = logit_bias_of(b, n_vocab);
     p.temp = field<float>(b, "temperature", 1.0f, "a number");
     p.top_p = field<float>(b, "top_p", 1.0f, "a number");
     p.top_k = field<int32_t>(b, "top_k", 0, "an integer");
@@ -257,11 +301,14 @@ void Api::routes() {
             "# TYPE toy_cached_prompt_tokens_total counter\ntoy_cached_prompt_tokens_total {}\n"
             "# HELP toy_generated_tokens_total Generated tokens of finished requests.\n"
             "# TYPE toy_generated_tokens_total counter\ntoy_generated_tokens_total {}\n"
+            "# HELP toy_requests_cancelled_total Requests ended early because their client went away.\n"
+            "# TYPE toy_requests_cancelled_total counter\ntoy_requests_cancelled_total {}\n"
             "# HELP toy_requests_active Requests being decoded.\n# TYPE toy_requests_active gauge\ntoy_requests_active {}\n"
             "# HELP toy_requests_queued Requests waiting for a slot.\n# TYPE toy_requests_queued gauge\ntoy_requests_queued {}\n"
             "# HELP toy_kv_cells_used KV cache cells in use.\n# TYPE toy_kv_cells_used gauge\ntoy_kv_cells_used {}\n"
             "# HELP toy_kv_cells KV cache cells.\n# TYPE toy_kv_cells gauge\ntoy_kv_cells {}\n",
-            s.requests, s.prompt_tokens, s.cached_tokens, s.generated_tokens, s.active, s.queued, s.kv_used, s.kv_size);
+            s.requests, s.prompt_tokens, s.cached_tokens, s.generated_tokens, s.cancelled, s.active, s.queued, s.kv_used,
+            s.kv_size);
         res.set_content(text, "text/plain; version=0.0.4");
     }));
     http_.set_error_handler([](const httplib::Request &, httplib::Response &res) {
@@ -273,7 +320,7 @@ void Api::routes() {
 void Api::complete(const httplib::Request &req, httplib::Response &res, bool chat) {
     const json b = parse_body(req);
     Request r;
-    r.sampling = sampling_of(b);
+    r.sampling = sampling_of(b, vocab_->n_tokens());
     r.limits.stop = stops_of(b);
     const int64_t max_tokens = field<int64_t>(b, chat ? "max_completion_tokens" : "max_tokens",
                                               field<int64_t>(b, "max_tokens", -1, "an integer"), "an integer");
@@ -281,6 +328,7 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
         throw ApiError{400, fmt::format("'max_tokens' must be at least 1, found {}", max_tokens)};
     }
     r.limits.max_tokens = max_tokens;
+    r.limits.ignore_eos = field<bool>(b, "ignore_eos", false, "true or false");  // llama-server's
     const bool stream = field<bool>(b, "stream", false, "true or false");
     // log-probabilities: chat's logprobs + top_logprobs, completions' logprobs N, llama-server's n_probs
     int n_logprobs = field<int>(b, "n_probs", -1, "an integer");
@@ -321,21 +369,61 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
                     {"prompt_tokens_details", {{"cached_tokens", ev.cached_tokens}}}};
     };
     if (!stream) {
-        std::string text;
-        std::vector<TokenLogprob> lps;
-        Event ev;
-        while (out->next(ev)) {
-            text += ev.text;
-            lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
-        }
-        if (ev.finish_reason == "error") throw ApiError{500, ev.error, "server_error"};
-        size_t offset = 0;
-        const json content = chat ? json{{"role", "assistant"}, {"content", text}} : json(text);
-        json reply = response(chat ? "chat.completion" : "text_completion",
+        // The reply so far; pump() adds the events that arrive before a
+        // deadline and says whether the last one came.
+        struct Whole {
+            std::string text;
+            std::vector<TokenLogprob> lps;
+            Event last;
+        };
+        auto whole = std::make_shared<Whole>();
+        auto pump = [out, whole](std::chrono::milliseconds wait) {
+            const auto deadline = std::chrono::steady_clock::now() + wait;
+            Event ev;
+            for (;;) {
+                const Stream::Wait w = out->next_until(ev, deadline);
+                if (w == Stream::Wait::Timeout) return false;
+                if (w == Stream::Wait::End) return true;
+                whole->text += ev.text;
+                whole->lps.insert(whole->lps.end(), ev.logprobs.begin(), ev.logprobs.end());
+                whole->last = std::move(ev);
+            }
+        };
+        auto reply = [=] {
+            const Event &ev = whole->last;
+            if (ev.finish_reason == "error") {
+                return json{{"error", {{"message", ev.error}, {"type", "server_error"}, {"code", 500}}}};
+            }
+            size_t offset = 0;
+            const json content = chat ? json{{"role", "assistant"}, {"content", whole->text}} : json(whole->text);
+            json j = response(chat ? "chat.completion" : "text_completion",
                               choice_json(chat, "message", content, ev.finish_reason,
-                                          want_logprobs ? logprobs_json(lps, offset) : json(nullptr)));
-        reply["usage"] = usage(ev);
-        return send_json(res, reply);
+                                          want_logprobs ? logprobs_json(whole->lps, offset) : json(nullptr)));
+            j["usage"] = usage(ev);
+            return j;
+        };
+        if (pump(opts_.keepalive)) {
+            if (whole->last.finish_reason == "error") throw ApiError{500, whole->last.error, "server_error"};
+            return send_json(res, reply());
+        }
+        // Not done yet: the reply goes out chunked, a space (JSON allows
+        // leading white space) every keepalive interval until it is ready. A
+        // client that went away makes a write fail, and its request stops.
+        res.set_chunked_content_provider(
+            "application/json",
+            [=, this](size_t, httplib::DataSink &sink) {
+                while (!pump(opts_.keepalive)) {
+                    if (!sink.write(" ", 1)) return out->cancel(), false;
+                }
+                const std::string body = reply().dump(-1, ' ', false, json::error_handler_t::replace);
+                sink.write(body.data(), body.size());
+                sink.done();
+                return true;
+            },
+            [out](bool success) {
+                if (!success) out->cancel();
+            });
+        return;
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(

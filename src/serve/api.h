@@ -13,6 +13,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,10 @@ struct ApiOptions {
     // the server needs one per sequence and per queued request, and a few
     // more for /health and /metrics (cpp-httplib's default is 8)
     size_t n_http_threads = 8;
+    // A non-streaming reply not ready after this long is sent chunked with a
+    // space every interval until it is: a client that went away is noticed
+    // (its request stops) and proxies see a live connection.
+    std::chrono::milliseconds keepalive{1000};
 };
 
 class Api {

@@ -9,13 +9,22 @@
 namespace toy::serve {
 
 bool Stream::next(Event &ev) {
+    return next_until(ev, std::chrono::steady_clock::time_point::max()) == Wait::Event;
+}
+
+Stream::Wait Stream::next_until(Event &ev, std::chrono::steady_clock::time_point deadline) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !events_.empty() || finished_; });
-    if (events_.empty()) return false;
+    auto ready = [&] { return !events_.empty() || finished_; };
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+        cv_.wait(lock, ready);
+    } else if (!cv_.wait_until(lock, deadline, ready)) {
+        return Wait::Timeout;
+    }
+    if (events_.empty()) return Wait::End;
     ev = std::move(events_.front());
     events_.pop_front();
     if (ev.done) finished_ = true;
-    return true;
+    return Wait::Event;
 }
 
 void Stream::cancel() {
@@ -274,8 +283,14 @@ void Scheduler::make_room(int64_t need) {
 
 bool Scheduler::step() {
     // requests whose reader left end here (their cells stay for reuse)
-    for (auto &s : slots_)
-        if (s->active() && s->out->cancelled()) finish(*s, "stop");
+    for (auto &s : slots_) {
+        if (!s->active() || !s->out->cancelled()) continue;
+        {
+            std::lock_guard lock(mu_);
+            stats_.cancelled++;
+        }
+        finish(*s, "stop");
+    }
 
     // one token for every generating sequence first, then prompt chunks
     Batch batch;

@@ -16,6 +16,7 @@
 #include "text/sampler.h"
 #include "text/vocab.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -59,6 +60,9 @@ class Stream {
 public:
     // Blocks for the next event; false once the last one was read.
     bool next(Event &ev);
+    enum class Wait { Event, End, Timeout };
+    // The same, waiting at most until `deadline`.
+    Wait next_until(Event &ev, std::chrono::steady_clock::time_point deadline);
     // The reader went away: the request stops at the engine's next step.
     void cancel();
     bool cancelled() const;
@@ -79,6 +83,7 @@ struct SchedulerOptions {
 
 struct SchedulerStats {
     int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0;
+    int64_t cancelled = 0;  // requests whose client went away before the end
     int64_t active = 0, queued = 0, kv_used = 0, kv_size = 0;
 };
 

@@ -77,6 +77,9 @@ void Sampler::min_p(float p) {
 int32_t Sampler::sample(std::span<const float> logits) {
     cur_.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) cur_[i] = {(int32_t)i, logits[i], 0.0f};
+    for (const auto &[id, bias] : p_.logit_bias) {
+        if (id >= 0 && (size_t)id < cur_.size()) cur_[id].logit += bias;
+    }
     apply_penalties();
     if (p_.temp <= 0.0f) {
         auto best = std::max_element(cur_.begin(), cur_.end(),

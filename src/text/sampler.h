@@ -21,6 +21,9 @@ struct SamplerParams {
     float frequency_penalty = 0.0f;
     int32_t penalty_last_n = 64;  // window of recent tokens the penalties see (0: off, -1: whole history)
     uint64_t seed = 0xFFFFFFFFu;  // 0xFFFFFFFF: a random seed
+    // Added to the logits of these tokens before anything else (-INFINITY
+    // bans a token); ids outside the vocabulary are ignored.
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 class Sampler {
