@@ -611,3 +611,44 @@ TEST(ChatE2E, UnknownTemplateNameIsAnError) {
 }
 
 }  // namespace
+
+TEST(ChatE2E, SlashCommandsNeverReachTheModel) {
+    toy::test::TempDir dir;
+    Pty pty(chat_args());
+    ASSERT_TRUE(pty.ok());
+    pty.read_until(std::regex("\n> $"));
+    pty.send("/help\n");
+    pty.read_until(std::regex("commands: /help[^\n]*/save FILE[^\n]*\n> $"));
+    pty.send("/nonsense\n");
+    pty.read_until(std::regex("unknown command /nonsense[^\n]*\n> $"));
+    pty.send("/save\n");
+    pty.read_until(std::regex("/save needs a file name\n> $"));
+    const Reply a = chat_turn(pty, "Hello");
+    ASSERT_GT(a.n_past, 0);
+    // nothing above was a message: the first exchange is the whole cache
+    EXPECT_EQ(a.n_past, a.prompt + a.generated);
+    const std::string saved = dir.file("chat.json");
+    pty.send("/save " + saved + "\n");
+    pty.read_until(std::regex("saved 2 messages[^\n]*\n> $"));
+    const auto j = toy::test::read_json(saved);
+    ASSERT_EQ(j["messages"].size(), 2u) << j.dump();
+    EXPECT_EQ(j["messages"][0]["role"], "user");
+    EXPECT_EQ(j["messages"][0]["content"], "Hello");
+    EXPECT_EQ(j["messages"][1]["role"], "assistant");
+    EXPECT_FALSE(j["messages"][1]["content"].get<std::string>().empty());
+    // a message that starts with a slash, written //
+    const Reply b = chat_turn(pty, "//slash");
+    EXPECT_GT(b.prompt, 0);
+    pty.send("/exit\n");
+    EXPECT_EQ(pty.wait_exit(), 0);
+}
+
+TEST(ChatE2E, FirstMessageFromTheCommandLineAndSingleTurn) {
+    auto args = chat_args();
+    args.insert(args.end(), {"-p", "Hello", "-st"});
+    Pty pty(args);
+    ASSERT_TRUE(pty.ok());
+    // the message is shown as if typed, answered, and the program ends without reading input
+    pty.read_until(std::regex(R"(> Hello\n[^\n]*[\s\S]*\[n_past \d+/256\][^\n]*\n)"));
+    EXPECT_EQ(pty.wait_exit(), 0);
+}

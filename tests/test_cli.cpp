@@ -131,3 +131,115 @@ TEST(Cli, RunGeneratesFromEveryArchitecture) {
 }
 
 }  // namespace
+
+// llama.cpp habits (issue 13): single-dash long flags, flag values as
+// llama.cpp spells them, escapes, id lists, unknown commands, empty prompts,
+// standard input, and a note when the context ends generation.
+TEST(Cli, SingleDashLongFlagsAreLongFlagsOrNamedErrors) {
+    // known as toy's own long flags or aliases: work as the long form does
+    Result a = run_toy("run -m " + kStories + " -p Once -n 4 --temp 0 -no-cnv -ctk f16 -fa 1");
+    ASSERT_EQ(a.code, 0) << a.err;
+    Result b = run_toy("run -m " + kStories + " -p Once -n 4 --temp 0 -no-bos");
+    ASSERT_EQ(b.code, 0) << b.err;
+    // unknown: one line naming the flag, exit 1, never help and 0
+    expect_one_line_error(run_toy("run -m " + kStories + " -p Once -ngl 99"), "'-ngl'");
+    expect_one_line_error(run_toy("run -hf org/x"), "'-hf'");
+    expect_one_line_error(run_toy("bench -m " + kStories + " -pg 16,4"), "'-pg'");
+    // a value that looks like a flag is still the value
+    Result v = run_toy("tokenize -m " + kStories + " -p -hello --ids");
+    ASSERT_EQ(v.code, 0) << v.err;
+    Result w = run_toy("tokenize -m " + kStories + " --prompt=-hello --ids");
+    EXPECT_EQ(v.out, w.out);
+    Result x = run_toy("tokenize -m " + kStories + " -p hello --ids");
+    EXPECT_NE(v.out, x.out);
+}
+
+TEST(Cli, FlashAttentionAndCacheTypesAsLlamaCppSpellsThem) {
+    const std::string base = "run -m " + kStories + " -p Once -n 6 --temp 0 -c 64 ";
+    Result ref = run_toy(base + "-fa off");
+    ASSERT_EQ(ref.code, 0) << ref.err;
+    for (const char *fa : {"1", "true", "on"}) {
+        Result r = run_toy(base + "-fa " + fa);
+        EXPECT_EQ(r.code, 0) << fa << r.err;
+    }
+    for (const char *fa : {"0", "false"}) EXPECT_EQ(run_toy(base + "-fa " + fa).out, ref.out) << fa;
+    for (const char *t : {"bf16", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}) {
+        Result r = run_toy(base + "-ctk " + t + " -ctv " + t);
+        EXPECT_EQ(r.code, 0) << t << ": " << r.err;
+        EXPECT_NE(r.out.find("Once"), std::string::npos) << t;
+    }
+    expect_one_line_error(run_toy(base + "-ctk q3_k"), "q5_1");  // the error lists what is accepted
+}
+
+TEST(Cli, EscapesAreOneRuleForEveryCommand) {
+    // the prompt's tokens as run sees them equal tokenize's, both with the newline processed
+    Result json = run_toy("run -m " + kStories + " -p 'a\\nb' -n 1 --temp 0 --json");
+    ASSERT_EQ(json.code, 0) << json.err;
+    Result tok = run_toy("tokenize -m " + kStories + " -p 'a\\nb' --ids");
+    Result nl = run_toy("tokenize -m " + kStories + " -p \"$(printf 'a\\nb')\" --ids");
+    Result literal = run_toy("tokenize -m " + kStories + " -p 'a\\nb' --ids --no-escape");
+    ASSERT_EQ(tok.code, 0) << tok.err;
+    EXPECT_EQ(tok.out, nl.out);
+    EXPECT_NE(tok.out, literal.out);
+    auto prompt = nlohmann::json::parse(json.out)["prompt_tokens"];
+    EXPECT_EQ(prompt.dump(-1), nlohmann::json::parse(tok.out).dump(-1));
+    Result run_literal = run_toy("run -m " + kStories + " -p 'a\\nb' -n 1 --temp 0 --json --no-escape");
+    EXPECT_EQ(nlohmann::json::parse(run_literal.out)["prompt_tokens"].dump(-1),
+              nlohmann::json::parse(literal.out).dump(-1));
+}
+
+TEST(Cli, TokenIdsRoundTripInEveryPrintedForm) {
+    Result tok = run_toy("tokenize -m " + kStories + " -p 'Once upon a time' --ids");  // [1, 2, 3]
+    ASSERT_EQ(tok.code, 0) << tok.err;
+    std::string list = tok.out.substr(0, tok.out.find('\n'));
+    Result from_brackets = run_toy("detokenize -m " + kStories + " --ids '" + list + "'");
+    ASSERT_EQ(from_brackets.code, 0) << from_brackets.err;
+    EXPECT_NE(from_brackets.out.find("Once upon a time"), std::string::npos) << from_brackets.out;
+    // run --tokens prints "261 378 ..." and takes that back
+    Result gen = run_toy("run -m " + kStories + " --tokens '" + list + "' -n 4 --temp 0");
+    ASSERT_EQ(gen.code, 0) << gen.err;
+    const std::string spaced = gen.out.substr(0, gen.out.find('\n'));
+    Result again = run_toy("detokenize -m " + kStories + " --ids '" + spaced + "'");
+    EXPECT_EQ(again.code, 0) << again.err;
+    Result r2 = run_toy("run -m " + kStories + " --tokens '1 " + spaced + "' -n 1 --temp 0");
+    EXPECT_EQ(r2.code, 0) << r2.err;
+    expect_one_line_error(run_toy("detokenize -m " + kStories + " --ids '[1, 2'"), "]");
+}
+
+TEST(Cli, UnknownCommandsEmptyPromptsAndStandardInput) {
+    expect_one_line_error(run_toy("server -m " + kStories), "did you mean 'serve'");
+    expect_one_line_error(run_toy("quantize a b q8_0"), "'quantize'");
+    expect_one_line_error(run_toy("tokenise -m " + kStories + " -p hi"), "did you mean 'tokenize'");
+    // an empty -p is given (llama.cpp then starts from BOS alone); with --no-bos nothing is left
+    Result empty = run_toy("run -m " + kStories + " -p '' -n 4 --temp 0 --json");
+    ASSERT_EQ(empty.code, 0) << empty.err;
+    EXPECT_EQ(nlohmann::json::parse(empty.out)["prompt_tokens"].size(), 1u);
+    expect_one_line_error(run_toy("run -m " + kStories + " -p '' --no-bos"), "empty");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p a -f b"), "only one");
+    expect_one_line_error(run_toy("run -m " + kStories), "no prompt");
+    Result in = toy::test::run_command("printf 'Once upon a time' | " + toy::test::shell_quote(TOY_BIN) + " run -m " + kStories +
+                            " -f - -n 4 --temp 0 --json");
+    ASSERT_EQ(in.code, 0) << in.err;
+    Result p = run_toy("run -m " + kStories + " -p 'Once upon a time' -n 4 --temp 0 --json");
+    EXPECT_EQ(nlohmann::json::parse(in.out)["tokens"], nlohmann::json::parse(p.out)["tokens"]);
+}
+
+TEST(Cli, RunSaysWhenTheContextEndsGeneration) {
+    // default -n is -1 (llama.cpp's): until the end of text or a full context
+    Result r = run_toy("run -m " + kStories + " -p 'Once upon a time' -c 32 --temp 0 --ignore-eos --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["prompt_tokens"].size() + j["tokens"].size(), 32u);
+    EXPECT_EQ(j["stop"], "context");
+    Result text = run_toy("run -m " + kStories + " -p 'Once upon a time' -c 32 -n 500 --temp 0 --ignore-eos");
+    EXPECT_NE(text.err.find("context is full (32 tokens)"), std::string::npos) << text.err;
+    Result shorter = run_toy("run -m " + kStories + " -p 'Once upon a time' -c 32 -n 5 --temp 0 --ignore-eos --json");
+    EXPECT_EQ(nlohmann::json::parse(shorter.out)["stop"], "length");
+}
+
+TEST(Cli, HelpShowsDefaults) {
+    Result r = run_toy("run --help");
+    EXPECT_EQ(r.code, 0);
+    EXPECT_NE(r.out.find("INT=-1"), std::string::npos) << r.out;  // -n
+    EXPECT_NE(r.out.find("FLOAT=0.8"), std::string::npos) << r.out;  // --temp
+}

@@ -9,6 +9,7 @@
 //   });
 #pragma once
 
+#include "apps/prompt_input.h"
 #include "text/sampler.h"
 
 #include <CLI/CLI.hpp>
@@ -35,8 +36,5 @@ std::vector<Registered> &registry();
 
 // Adds --temp, --top-k, --top-p, --min-p, penalties and -s to a command.
 void add_sampling_flags(CLI::App &app, toy::text::SamplerParams &s);
-
-// Parses "1,2,3" (commas and/or spaces) into token ids; throws toy::Error.
-std::vector<int32_t> parse_id_list(const std::string &text, const std::string &flag);
 
 }  // namespace toy::cli

@@ -3,14 +3,19 @@
 // Every turn renders the whole conversation with the chat template and
 // evaluates only the text after what the KV cache already holds, so earlier
 // turns are never read again (unless the template rewrites them). Ctrl-C
-// stops a reply; at the prompt it quits, as do /exit and end of input.
+// stops a reply; at the prompt it quits, as do /exit and end of input. Lines
+// starting with / are commands (/help lists them), never sent to the model.
+// -p (or -f) is the first message; -st ends after its reply.
 #include "apps/cli.h"
 #include "apps/session_options.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "text/chat_template.h"
 #include "text/generation.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -34,8 +39,21 @@ struct ChatOptions {
     std::string chat_template;
     std::string chat_template_file;
     std::string system_prompt;
+    PromptFlags first;         // -p / -f: the first user message
+    bool single_turn = false;  // -st: end after the first reply
     bool verbose = false;
 };
+
+constexpr const char *kHelp =
+    "commands: /help this list | /reset forget the conversation | /save FILE write it as JSON messages | "
+    "/exit or /quit (also Ctrl-D) quit | //text sends /text";
+
+// The conversation as {"messages": [{"role", "content"}, ...]}, written atomically.
+void save_conversation(const text::Conversation &chat, const std::string &path) {
+    nlohmann::json msgs = nlohmann::json::array();
+    for (const text::Message &m : chat.messages()) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    write_file_atomic(path, nlohmann::json{{"messages", msgs}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -122,33 +140,67 @@ int run_chat(const ChatOptions &o) {
     // the cache's size, or fewer where a model has only so many learned positions
     int64_t n_ctx = session.n_ctx();
     if (model->config().pos == PosKind::Learned) n_ctx = std::min<int64_t>(n_ctx, model->config().n_ctx_train);
-    std::fprintf(stderr, "toy: chat template %s, context %lld tokens; /reset starts over, /exit or Ctrl-D quits\n",
+    std::fprintf(stderr, "toy: chat template %s, context %lld tokens; /help lists commands, /exit or Ctrl-D quits\n",
                  tmpl.name().c_str(), (long long)n_ctx);
 
+    const bool has_first = o.first.prompt_opt->count() || o.first.file_opt->count();
+    if (has_first && o.first.prompt_opt->count() && o.first.file_opt->count()) fail("give only one of -p TEXT or -f FILE");
+    std::string first = has_first ? o.first.text() : "";
+    if (has_first && first.empty()) fail("the first message (-p / -f) is empty");
+    bool replied = false;
     SigintGuard sigint;
     std::string line;
     for (;;) {
+        if (o.single_turn && replied) return 0;
         g_interrupted.store(false);
-        g_at_prompt.store(true);
-        out("> ");
-        const ReadResult rr = read_line(line);
-        g_at_prompt.store(false);
-        if (rr == ReadResult::Interrupted) {
-            out("\n");
-            return 130;  // the shell's code for "ended by SIGINT"
-        }
-        if (rr == ReadResult::Eof) {
-            out("\n");
-            return 0;
-        }
-        const std::string command = line.substr(0, line.find_last_not_of(" \t") + 1);
-        if (command == "/exit" || command == "/quit") return 0;
-        if (command == "/reset") {
-            chat.clear();
-            session.reset();
-            sampler.reset();
-            std::fprintf(stderr, "toy: history and cache cleared\n");
-            continue;
+        if (!first.empty()) {
+            line = std::move(first);
+            first.clear();
+            out("> " + line + "\n");
+        } else {
+            g_at_prompt.store(true);
+            out("> ");
+            const ReadResult rr = read_line(line);
+            g_at_prompt.store(false);
+            if (rr == ReadResult::Interrupted) {
+                out("\n");
+                return 130;  // the shell's code for "ended by SIGINT"
+            }
+            if (rr == ReadResult::Eof) {
+                out("\n");
+                return 0;
+            }
+            if (line.rfind("//", 0) == 0) {
+                line.erase(0, 1);  // a message that starts with /
+            } else if (line.rfind('/', 0) == 0) {
+                const std::string command = line.substr(0, line.find_last_not_of(" \t") + 1);
+                const std::string word = command.substr(0, command.find(' '));
+                const std::string arg = word.size() < command.size() ? command.substr(word.size() + 1) : "";
+                if (word == "/exit" || word == "/quit") return 0;
+                if (word == "/help") {
+                    std::fprintf(stderr, "toy: %s\n", kHelp);
+                } else if (word == "/reset") {
+                    chat.clear();
+                    session.reset();
+                    sampler.reset();
+                    std::fprintf(stderr, "toy: history and cache cleared\n");
+                } else if (word == "/save") {
+                    if (arg.empty()) {
+                        std::fprintf(stderr, "toy: error: /save needs a file name\n");
+                        continue;
+                    }
+                    try {
+                        save_conversation(chat, arg);
+                        std::fprintf(stderr, "toy: saved %zu messages to %s\n", chat.messages().size(), arg.c_str());
+                    } catch (const Error &e) {
+                        std::fprintf(stderr, "toy: error: %s\n", e.what());
+                    }
+                } else {
+                    std::fprintf(stderr, "toy: unknown command %s (/help lists them; //%s sends it as a message)\n",
+                                 word.c_str(), line.c_str() + 1);
+                }
+                continue;
+            }
         }
         if (line.empty()) continue;
 
@@ -199,6 +251,7 @@ int run_chat(const ChatOptions &o) {
         reply += rest;
         out(rest + "\n");
         chat.add_reply(reply);
+        replied = true;
 
         if (full) {
             std::fprintf(stderr, "toy: context full (%lld tokens): reply cut short; /reset starts over\n",
@@ -226,6 +279,8 @@ Command reg("chat", "Chat with a model in the terminal (multi-turn, keeps the KV
     app.add_option("--chat-template-file", o->chat_template_file, "read the Jinja chat template from a file");
     // llama.cpp also spells it -sys: CLI11 takes that only through main.cpp's alias table
     app.add_option("--system-prompt", o->system_prompt, "system message that opens the conversation");
+    o->first.add_to(app, /*with_tokens=*/false);
+    app.add_flag("--single-turn", o->single_turn, "quit after the first reply; also -st");
     app.add_flag("-v,--verbose", o->verbose, "timings and cache use after each reply (stderr)");
     return [o] { return run_chat(*o); };
 });

@@ -1,6 +1,7 @@
 // toy logits: logits after each token, as T x n_vocab float32 row-major.
 #include "apps/cli.h"
 #include "apps/session_options.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 #include <cstdio>
@@ -18,15 +19,7 @@ struct LogitsOptions {
 };
 
 void write_floats(const std::string &path, const std::vector<float> &v) {
-    const std::string tmp = path + ".tmp";
-    FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f) fail("{}: cannot open for writing", path);
-    const bool ok = std::fwrite(v.data(), sizeof(float), v.size(), f) == v.size() && std::fflush(f) == 0;
-    std::fclose(f);
-    if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        fail("{}: write failed", path);
-    }
+    write_file_atomic(path, {reinterpret_cast<const char *>(v.data()), v.size() * sizeof(float)});
 }
 
 int run_logits(const LogitsOptions &o) {

@@ -19,10 +19,8 @@ namespace {
 
 struct RunOptions {
     ModelFlags model;
-    std::string prompt;
-    std::string prompt_file;
-    std::string tokens;
-    int n_predict = 128;
+    PromptFlags input;
+    int n_predict = -1;
     text::SamplerParams sampling;
     bool json = false;
     bool special = false;
@@ -33,17 +31,8 @@ struct RunOptions {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-std::string read_file(const std::string &path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("-f: cannot read '{}'", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 int run_generate(const RunOptions &o) {
-    const int sources = !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty();
-    if (sources != 1) fail("give exactly one of -p TEXT, -f FILE or --tokens IDS");
+    o.input.check_one();
     if (o.n_predict < -1) fail("-n: expected -1 (until end of text) or a count >= 0, found {}", o.n_predict);
 
     const auto t_load = Clock::now();
@@ -51,15 +40,14 @@ int run_generate(const RunOptions &o) {
     const double load_ms = ms_since(t_load);
 
     // prompt -> ids
-    const bool as_ids = !o.tokens.empty();
+    const bool as_ids = o.input.as_ids();
     std::unique_ptr<text::Vocab> vocab;
     std::vector<int32_t> prompt;
     if (as_ids) {
-        prompt = parse_id_list(o.tokens, "--tokens");
+        prompt = o.input.ids();
     } else {
         vocab = std::make_unique<text::Vocab>(text::Vocab::load(model->file()));
-        const std::string text = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
-        prompt = vocab->tokenize(text, /*add_special=*/!o.no_bos, o.special);
+        prompt = vocab->tokenize(o.input.text(), /*add_special=*/!o.no_bos, o.special);
     }
     if (prompt.empty()) fail("the prompt is empty: nothing to continue from");
 
@@ -105,6 +93,9 @@ int run_generate(const RunOptions &o) {
     const double gen_ms = ms_since(t_gen);
     show(gen.flush());
     const std::vector<int32_t> &generated = gen.tokens();
+    // stopped by the context, not by -n or the end of the text: say so
+    const bool context_full = (int64_t)generated.size() == room && (o.n_predict < 0 || o.n_predict > room) &&
+                              (generated.empty() || o.ignore_eos || !vocab || !vocab->is_eog(generated.back()));
     const double pp_tps = prompt.size() / (prompt_ms / 1000.0);
     const double tg_tps = generated.empty() ? 0.0 : generated.size() / (gen_ms / 1000.0);
     if (o.json) {
@@ -113,6 +104,7 @@ int run_generate(const RunOptions &o) {
         j["prompt_tokens"] = prompt;
         j["tokens"] = generated;
         j["seed"] = sampler.seed();
+        j["stop"] = context_full ? "context" : (int64_t)generated.size() == n_gen ? "length" : "eos";
         j["timings"] = {{"load_ms", load_ms},           {"prompt_n", prompt.size()},
                         {"prompt_ms", prompt_ms},       {"prompt_per_second", pp_tps},
                         {"predicted_n", generated.size()}, {"predicted_ms", gen_ms},
@@ -122,6 +114,10 @@ int run_generate(const RunOptions &o) {
     } else {
         std::printf("\n");
         std::fflush(stdout);  // the text ends before the timing line starts
+        if (context_full) {
+            std::fprintf(stderr, "toy: the context is full (%lld tokens): generation stopped after %zu tokens (raise -c)\n",
+                         (long long)session.n_ctx(), generated.size());
+        }
         std::fprintf(stderr, "toy: load %.0f ms | prompt %zu tokens, %.1f t/s | generation %zu tokens, %.1f t/s\n",
                      load_ms, prompt.size(), pp_tps, generated.size(), tg_tps);
     }
@@ -146,15 +142,15 @@ namespace {
 Command reg("run", "Generate text (or token ids) from a prompt", [](CLI::App &app) {
     auto o = std::make_shared<RunOptions>();
     o->model.add_to(app);
-    app.add_option("-p,--prompt", o->prompt, "prompt text");
-    app.add_option("-f,--file", o->prompt_file, "read the prompt from a file");
-    app.add_option("--tokens", o->tokens, "prompt as token ids (prints generated ids)");
-    app.add_option("-n,--n-predict", o->n_predict, "tokens to generate (-1: until end of text or full context)");
+    o->input.add_to(app, /*with_tokens=*/true);
+    app.add_option("-n,--n-predict", o->n_predict, "tokens to generate (-1: until end of text or full context)")
+        ->capture_default_str();
     add_sampling_flags(app, o->sampling);
     app.add_flag("--json", o->json, "print one JSON object: text, token ids, timings");
     app.add_flag("--special", o->special, "parse and print special tokens (e.g. <|im_start|>)");
     app.add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-text tokens");
     app.add_flag("--no-bos", o->no_bos, "do not add the BOS token the model asks for");
+    app.add_flag("--no-conversation")->description("toy run never converses (toy chat does); accepted for llama.cpp's -no-cnv");
     return [o] { return run_generate(*o); };
 });
 }  // namespace

@@ -21,60 +21,12 @@ namespace {
 
 struct TokenizeOptions {
     std::string model;
-    std::string prompt;
-    std::string file;
-    bool from_stdin = false;
+    toy::cli::PromptFlags input;
     bool ids_only = false;
     bool no_bos = false;
     bool parse_special = false;
     bool show_count = false;
-    bool no_escape = false;
 };
-
-int hex_digit(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-// \n \r \t \' \" \\ and \xHH; any other backslash sequence stays as written.
-std::string process_escapes(const std::string &in) {
-    std::string out;
-    out.reserve(in.size());
-    for (size_t i = 0; i < in.size(); ++i) {
-        if (in[i] != '\\' || i + 1 >= in.size()) {
-            out.push_back(in[i]);
-            continue;
-        }
-        const char c = in[i + 1];
-        switch (c) {
-            case 'n': out.push_back('\n'); ++i; continue;
-            case 'r': out.push_back('\r'); ++i; continue;
-            case 't': out.push_back('\t'); ++i; continue;
-            case '\'': case '"': case '\\': out.push_back(c); ++i; continue;
-            case 'x':
-                if (i + 3 < in.size() && hex_digit(in[i + 2]) >= 0 && hex_digit(in[i + 3]) >= 0) {
-                    out.push_back((char)(hex_digit(in[i + 2]) * 16 + hex_digit(in[i + 3])));
-                    i += 3;
-                    continue;
-                }
-                break;
-            default: break;
-        }
-        out.push_back('\\');
-        out.push_back(c);
-        ++i;
-    }
-    return out;
-}
-
-std::string read_all(std::istream &in, const std::string &what) {
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) toy::fail("{}: could not be read", what);
-    return ss.str();
-}
 
 toy::text::Vocab open_vocab(const std::string &path) {
     auto file = toy::gguf::File::open(path);
@@ -82,21 +34,10 @@ toy::text::Vocab open_vocab(const std::string &path) {
 }
 
 int run_tokenize(const TokenizeOptions &o) {
-    const int n_sources = !o.prompt.empty() + !o.file.empty() + o.from_stdin;
-    if (n_sources != 1) toy::fail("tokenize: expected exactly one of -p, -f or --stdin, found {}", n_sources);
+    o.input.check_one();
     const toy::text::Vocab vocab = open_vocab(o.model);
-
-    std::string text;
-    if (!o.file.empty()) {
-        std::ifstream in(o.file, std::ios::binary);
-        if (!in) toy::fail("-f: could not open '{}' for reading", o.file);
-        text = read_all(in, o.file);  // verbatim: a trailing newline is a token too
-    } else if (o.from_stdin) {
-        text = read_all(std::cin, "standard input");
-    } else {
-        text = o.prompt;
-    }
-    if (!o.no_escape) text = process_escapes(text);
+    // a file's bytes verbatim (a trailing newline is a token too), escapes processed unless --no-escape
+    const std::string text = o.input.text();
 
     const bool add_special = vocab.add_bos() && !o.no_bos;
     const auto ids = vocab.tokenize(text, add_special, o.parse_special);
@@ -139,21 +80,19 @@ int run_detokenize(const DetokenizeOptions &o) {
 toy::cli::Command reg_tokenize("tokenize", "Print the tokens of a text (like llama-tokenize)", [](CLI::App &app) {
     auto o = std::make_shared<TokenizeOptions>();
     app.add_option("-m,--model", o->model, "GGUF model (only its tokenizer is read)")->required();
-    app.add_option("-p,--prompt", o->prompt, "text to tokenize");
-    app.add_option("-f,--file", o->file, "file whose bytes to tokenize");
-    app.add_flag("--stdin", o->from_stdin, "tokenize standard input");
+    o->input.add_to(app, /*with_tokens=*/false);
+    o->input.stdin_opt = app.add_flag("--stdin")->description("tokenize standard input (as -f -)");
     app.add_flag("--ids", o->ids_only, "print only the ids, as [1, 2, 3]");
     app.add_flag("--no-bos", o->no_bos, "do not add the BOS/EOS tokens the model asks for");
     app.add_flag("--special", o->parse_special, "text spelling a control token (e.g. <s>) becomes that token");
     app.add_flag("--show-count", o->show_count, "print the number of tokens at the end");
-    app.add_flag("--no-escape", o->no_escape, "do not process \\n, \\t, \\xHH ... escapes");
     return [o] { return run_tokenize(*o); };
 });
 
 toy::cli::Command reg_detokenize("detokenize", "Print the text of token ids", [](CLI::App &app) {
     auto o = std::make_shared<DetokenizeOptions>();
     app.add_option("-m,--model", o->model, "GGUF model (only its tokenizer is read)")->required();
-    app.add_option("--ids", o->ids, "token ids, e.g. 1,2,3")->required();
+    app.add_option("--ids", o->ids, "token ids: 1,2,3, 1 2 3 or [1, 2, 3]")->required();
     app.add_flag("--special", o->special, "print control tokens (e.g. <s>) as their text");
     return [o] { return run_detokenize(*o); };
 });

@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -20,43 +21,78 @@ Command::Command(std::string name, std::string description, Setup setup) {
     registry().push_back({std::move(name), std::move(description), std::move(setup)});
 }
 
-std::vector<int32_t> parse_id_list(const std::string &text, const std::string &flag) {
-    std::vector<int32_t> ids;
-    size_t i = 0;
-    while (i < text.size()) {
-        if (text[i] == ',' || text[i] == ' ' || text[i] == '\t' || text[i] == '\n') { ++i; continue; }
-        size_t j = i;
-        if (text[j] == '-') ++j;
-        while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
-        if (j == i || (j == i + 1 && text[i] == '-') ||
-            (j < text.size() && text[j] != ',' && text[j] != ' ' && text[j] != '\t' && text[j] != '\n')) {
-            fail("{}: expected comma-separated token ids, found '{}'", flag, text.substr(i, 20));
-        }
-        long long v = std::stoll(text.substr(i, j - i));
-        if (v < INT32_MIN || v > INT32_MAX) fail("{}: token id {} is out of range", flag, v);
-        ids.push_back((int32_t)v);
-        i = j;
-    }
-    return ids;
-}
-
 }  // namespace toy::cli
 
 namespace {
 
-// llama.cpp spells some flags as multi-letter single-dash names (-ub, -ctk,
-// -ctv, -fa, -sys, llama-server's -np, and llama-finetune's -lr, -wd, -epochs, -opt, -val-split);
-// CLI11 does not, so they are rewritten to the long names.
-std::vector<std::string> normalize_args(int argc, char **argv) {
-    static const std::map<std::string, std::string> kAliases = {
-        {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-fa", "--flash-attn"},
-        {"-sys", "--system-prompt"}, {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"}, {"-wd", "--weight-decay"},
-        {"-epochs", "--epochs"}, {"-opt", "--optimizer"}, {"-val-split", "--val-split"}, {"-np", "--parallel"},
-    };
-    std::vector<std::string> args;
-    for (int i = 1; i < argc; ++i) {
-        auto it = kAliases.find(argv[i]);
-        args.push_back(it != kAliases.end() ? it->second : argv[i]);
+// llama.cpp's multi-letter single-dash spellings that have another long name
+// in toy (llama-server's -np, llama-finetune's -lr, -wd, -epochs, ...).
+const std::map<std::string, std::string> kAliases = {
+    {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-fa", "--flash-attn"},
+    {"-sys", "--system-prompt"}, {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"}, {"-wd", "--weight-decay"},
+    {"-epochs", "--epochs"}, {"-opt", "--optimizer"}, {"-val-split", "--val-split"}, {"-np", "--parallel"},
+    {"-no-cnv", "--no-conversation"}, {"-st", "--single-turn"},
+};
+
+size_t edit_distance(const std::string &a, const std::string &b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+[[noreturn]] void unknown_command(const std::string &name) {
+    std::string best;
+    size_t best_d = 3;  // suggest only near misses
+    for (const auto &c : toy::cli::registry()) {
+        const size_t d = edit_distance(name, c.name);
+        if (d < best_d || (c.name.rfind(name, 0) == 0 && best.empty())) best = c.name, best_d = d;
+    }
+    toy::fail("unknown command '{}'{} (see toy --help)", name, best.empty() ? "" : fmt::format("; did you mean '{}'?", best));
+}
+
+// The arguments as CLI11 should see them. llama.cpp spells many long flags
+// with one dash (-ngl, -ctk, -no-cnv), which CLI11 would read as a short
+// flag with the rest as its value (-n "gl"). So a single-dash word of two or
+// more characters in a flag position is a long flag: an alias above, or the
+// command's own --word, or else an error naming it.
+std::vector<std::string> normalize_args(int argc, char **argv, CLI::App &app) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    CLI::App *sub = nullptr;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        if (!sub) {
+            if (!a.empty() && a[0] == '-') continue;  // toy --help, --version
+            const auto &reg = toy::cli::registry();
+            if (std::none_of(reg.begin(), reg.end(), [&](const auto &c) { return c.name == a; })) unknown_command(a);
+            sub = app.get_subcommand(a);
+            continue;
+        }
+        if (a == "--") break;
+        if (a.size() < 2 || a[0] != '-' || std::isdigit((unsigned char)a[1]) || a[1] == '.') continue;  // values
+        std::string flag = a.substr(0, a.find('='));
+        const bool inline_value = flag.size() < a.size();
+        if (flag[1] != '-' && flag.size() > 2) {
+            auto alias = kAliases.find(flag);
+            if (alias != kAliases.end()) {
+                flag = alias->second;
+            } else if (sub->get_option_no_throw("-" + flag)) {
+                flag = "-" + flag;
+            } else {
+                toy::fail("unknown flag '{}' for toy {} (see toy {} --help)", flag, sub->get_name(), sub->get_name());
+            }
+            args[i] = inline_value ? flag + a.substr(a.find('=')) : flag;
+        }
+        const CLI::Option *opt = sub->get_option_no_throw(flag);
+        if (opt && !inline_value) i += (size_t)std::max(0, opt->get_items_expected_min());  // its values are not flags
     }
     std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
     return args;
@@ -68,6 +104,7 @@ int main(int argc, char **argv) {
     CLI::App app{"toy: run and train transformer language models stored as GGUF"};
     app.name("toy");
     app.require_subcommand(1);
+    app.option_defaults()->always_capture_default();  // --help shows each option's default
     app.set_version_flag("--version", "toy 0.1.0 (ggml 0.25.1 from node-llama-cpp 3.22.1)");
 
     auto &commands = toy::cli::registry();
@@ -78,8 +115,11 @@ int main(int argc, char **argv) {
         handlers[sub] = c.setup(*sub);
     }
     try {
-        auto args = normalize_args(argc, argv);
+        auto args = normalize_args(argc, argv, app);
         app.parse(args);
+    } catch (const toy::Error &e) {
+        std::fprintf(stderr, "toy: error: %s\n", e.what());
+        return 1;
     } catch (const CLI::Success &e) {
         return app.exit(e);  // --help, --version
     } catch (const CLI::ParseError &e) {

@@ -1,22 +1,24 @@
 #include "apps/session_options.h"
 
 #include "core/error.h"
+#include "runtime/kv_cache.h"
 
 namespace toy::cli {
 namespace {
 
 ggml_type parse_cache_type(const std::string &s, const char *flag) {
-    if (s == "f32") return GGML_TYPE_F32;
-    if (s == "f16") return GGML_TYPE_F16;
-    if (s == "q8_0") return GGML_TYPE_Q8_0;
-    fail("{}: expected f32, f16 or q8_0, found '{}'", flag, s);
+    for (ggml_type t : kv_cache_types()) {
+        if (s == ggml_type_name(t)) return t;
+    }
+    fail("{}: expected one of {}, found '{}'", flag, kv_cache_type_names(), s);
 }
 
-// "on", "off" or "auto" as the enum's On, Off or Auto.
+// "on", "off" or "auto" (also 1/true and 0/false, as llama.cpp takes them)
+// as the enum's On, Off or Auto.
 template <class Mode>
 Mode parse_on_off_auto(const std::string &s, const char *flag) {
-    if (s == "on") return Mode::On;
-    if (s == "off") return Mode::Off;
+    if (s == "on" || s == "1" || s == "true") return Mode::On;
+    if (s == "off" || s == "0" || s == "false") return Mode::Off;
     if (s == "auto") return Mode::Auto;
     fail("{}: expected on, off or auto, found '{}'", flag, s);
 }
@@ -39,7 +41,7 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
     lora.add_to(app, "apply");
     app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
-    app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack copies; least memory)");
+    app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack / packed Q8_0 copies; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (no fusing at load)");
     app.add_option("--hugepages", hugepages,
                    "transparent huge pages for copied weights: on, off, auto (on unless a VM hands free memory back "
@@ -49,9 +51,10 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("-b,--batch-size", n_batch, "logical batch size");
     app.add_option("--ubatch-size", n_ubatch, "physical batch size (tokens per graph); also -ub");
     app.add_option("-t,--threads", n_threads, "threads (0: all)");
-    app.add_option("--cache-type-k", cache_type_k, "K cache type: f32, f16, q8_0; also -ctk");
-    app.add_option("--cache-type-v", cache_type_v, "V cache type: f32, f16, q8_0 (q8_0 needs flash attention); also -ctv");
-    app.add_option("--flash-attn", flash_attn, "flash attention: on, off, auto; also -fa");
+    app.add_option("--cache-type-k", cache_type_k, fmt::format("K cache type: {}; also -ctk", kv_cache_type_names()));
+    app.add_option("--cache-type-v", cache_type_v,
+                   fmt::format("V cache type: {} (quantized ones turn flash attention on); also -ctv", kv_cache_type_names()));
+    app.add_option("--flash-attn", flash_attn, "flash attention: on, off, auto (1/true, 0/false); also -fa");
     if (with_trace) app.add_flag("--trace", trace, "print statistics of named activations for every graph (stderr)");
 }
 

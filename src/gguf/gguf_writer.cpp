@@ -5,22 +5,15 @@
 // untouched.
 #include "gguf/gguf_writer.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "core/atomic_file.h"
 
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 namespace toy::gguf {
 
 namespace {
 
 constexpr uint64_t kDefaultAlignment = 32;
-constexpr size_t kChunk = 1 << 20;  // bytes per write(2) call
 
 uint64_t pad_to(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
@@ -81,90 +74,6 @@ public:
             put_scalar(v.type, v);
         }
     }
-};
-
-// The process umask, read without changing it (umask(2) is racy in threaded code).
-mode_t current_umask() {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("Umask:", 0) == 0) return (mode_t)std::stoul(line.substr(6), nullptr, 8);
-    }
-    return 022;
-}
-
-// Owns the temporary file until it is renamed into place.
-class TempFile {
-public:
-    explicit TempFile(const std::string &target) : target_(target) {
-        std::string templ = target + ".tmp.XXXXXX";
-        std::vector<char> buf(templ.begin(), templ.end());
-        buf.push_back('\0');
-        fd_ = mkstemp(buf.data());
-        if (fd_ < 0) fail("{}: cannot create a temporary file next to it: {}", target, std::strerror(errno));
-        path_ = buf.data();
-    }
-    ~TempFile() {
-        if (fd_ >= 0) ::close(fd_);
-        if (!path_.empty()) ::unlink(path_.c_str());
-    }
-    TempFile(const TempFile &) = delete;
-    TempFile &operator=(const TempFile &) = delete;
-
-    void write(const uint8_t *p, uint64_t n) {
-        while (n > 0) {
-            size_t want = (size_t)std::min<uint64_t>(n, kChunk);
-            ssize_t got = ::write(fd_, p, want);
-            if (got < 0) {
-                if (errno == EINTR) continue;
-                fail("{}: write failed: {}", target_, std::strerror(errno));
-            }
-            p += got;
-            n -= (uint64_t)got;
-            written_ += (uint64_t)got;
-        }
-    }
-    void pad(uint64_t alignment) {
-        static const uint8_t zeros[256] = {};
-        uint64_t n = pad_to(written_, alignment) - written_;
-        while (n > 0) {
-            uint64_t k = std::min<uint64_t>(n, sizeof zeros);
-            write(zeros, k);
-            n -= k;
-        }
-    }
-    uint64_t written() const { return written_; }
-
-    void commit() {
-        struct stat st {};
-        mode_t mode = 0666 & ~current_umask();
-        if (::stat(target_.c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
-        if (fchmod(fd_, mode) != 0) fail("{}: cannot set permissions: {}", target_, std::strerror(errno));
-        if (fsync(fd_) != 0) fail("{}: fsync failed: {}", target_, std::strerror(errno));
-        if (::close(fd_) != 0) {
-            fd_ = -1;
-            fail("{}: close failed: {}", target_, std::strerror(errno));
-        }
-        fd_ = -1;
-        if (std::rename(path_.c_str(), target_.c_str()) != 0) {
-            fail("{}: cannot rename the temporary file into place: {}", target_, std::strerror(errno));
-        }
-        path_.clear();
-        // Make the rename itself durable.
-        std::filesystem::path parent = std::filesystem::path(target_).parent_path();
-        std::string dir = parent.empty() ? std::string(".") : parent.string();
-        int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            ::close(dfd);
-        }
-    }
-
-private:
-    std::string target_;
-    std::string path_;
-    int fd_ = -1;
-    uint64_t written_ = 0;
 };
 
 }  // namespace
@@ -256,9 +165,9 @@ void Writer::write(const std::string &path) const {
         offset = pad_to(offset + p.info.nbytes, alignment_);
     }
 
-    TempFile tmp(path);
+    AtomicFile tmp(path);
     tmp.write(h.bytes.data(), h.bytes.size());
-    if (!tensors_.empty()) tmp.pad(alignment_);
+    if (!tensors_.empty()) tmp.pad_to(alignment_);
     std::vector<uint8_t> buf;
     for (const auto &p : tensors_) {
         try {
@@ -272,7 +181,7 @@ void Writer::write(const std::string &path) const {
             fail("{}: while producing tensor '{}': {}", path, p.info.name, e.what());
         }
         tmp.write(buf.data(), p.info.nbytes);
-        tmp.pad(alignment_);
+        tmp.pad_to(alignment_);
     }
     tmp.commit();
 }

@@ -12,12 +12,27 @@ namespace toy {
 namespace {
 
 void check_cache_type(ggml_type t, const char *flag) {
-    if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_Q8_0) {
-        fail("{}: expected f32, f16 or q8_0, found {}", flag, ggml_type_name(t));
+    const auto &types = kv_cache_types();
+    if (std::find(types.begin(), types.end(), t) == types.end()) {
+        fail("{}: expected one of {}, found {}", flag, kv_cache_type_names(), ggml_type_name(t));
     }
 }
 
 }  // namespace
+
+const std::vector<ggml_type> &kv_cache_types() {
+    // llama.cpp's choices for -ctk / -ctv
+    static const std::vector<ggml_type> types = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,   GGML_TYPE_Q8_0,
+                                                 GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0,
+                                                 GGML_TYPE_Q5_1};
+    return types;
+}
+
+std::string kv_cache_type_names() {
+    std::string s;
+    for (ggml_type t : kv_cache_types()) s += (s.empty() ? "" : ", ") + std::string(ggml_type_name(t));
+    return s;
+}
 
 KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans)
     : cells_((size_t)n_ctx), type_k_(type_k), type_v_(type_v) {

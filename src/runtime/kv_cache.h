@@ -14,9 +14,15 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace toy {
+
+// The types a K or V cache may have (llama.cpp's -ctk / -ctv choices), and
+// their names as one comma-separated list.
+const std::vector<ggml_type> &kv_cache_types();
+std::string kv_cache_type_names();
 
 class KvCache {
 public:

@@ -1,5 +1,6 @@
 #include "train/run.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "model/export.h"
@@ -423,12 +424,7 @@ void write_loss_plot(const std::string &path, const std::vector<float> &train, c
     svg += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#1f77b4\">train loss</text>"
                        "<text x=\"{}\" y=\"{}\" fill=\"#d62728\">held-out loss</text>\n</svg>\n",
                        W - R - 200, T + 14, W - R - 110, T + 14);
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        if (!(out << svg)) fail("{}: cannot write the loss plot", path);
-    }
-    fs::rename(tmp, path);
+    write_file_atomic(path, svg);
 }
 
 }  // namespace toy::train
