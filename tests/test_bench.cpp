@@ -12,7 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
+#include <set>
 #include <string>
 
 namespace {
@@ -104,7 +106,7 @@ TEST(Bench, MarkdownTable) {
 TEST(Bench, BadFlagsFailWithOneLine) {
     const std::string m = "bench -m " + shell_quote(kTied) + " -t 1 ";
     for (const std::string &args : {m + "-p abc", m + "-p 8,-1", m + "-n 4x", m + "-r 0", m + "-ctk q3_k", m + "-fa maybe",
-                                   m + "-o csv", std::string("bench -p 8"),
+                                   m + "-o xml", std::string("bench -p 8"),
                                    std::string("bench -m /nonexistent/model.gguf -p 8")}) {
         SCOPED_TRACE(args);
         toy::test::CommandResult r = run_toy(args);
@@ -158,6 +160,88 @@ TEST(Bench, DecodeBytesUntiedCountsOneEmbeddingRow) {
     const ggml_tensor *e = m->weights().tok_embd;
     toy::DecodeBytes b = toy::decode_bytes_per_token(*m, 1, GGML_TYPE_F16, GGML_TYPE_F16);
     EXPECT_EQ(b.weights, m->weight_bytes() - ggml_nbytes(e) + ggml_row_size(e->type, e->ne[0]));
+}
+
+}  // namespace
+
+namespace {
+
+// llama-bench's habits: comma lists for the session flags (every combination
+// runs), -pg, -d, and md / csv / json / jsonl with a row per test.
+TEST(Bench, ListsPgDepthAndEveryOutputFormat) {
+    const std::string m = "bench -m " + shell_quote(kTied) + " -r 1 --no-warmup ";
+    toy::test::CommandResult r = run_toy(m + "-p 8 -n 4 -pg 8,2 -d 0,16 -t 1,2 -fa 0,1 -ctk f16,q8_0 -o jsonl");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::vector<nlohmann::json> rows;
+    size_t at = 0;
+    while (at < r.out.size()) {
+        const size_t end = r.out.find('\n', at);
+        rows.push_back(nlohmann::json::parse(r.out.substr(at, end - at)));
+        at = end + 1;
+    }
+    // 2 threads x 2 fa x 2 ctk combinations, each with 3 tests at 2 depths
+    ASSERT_EQ(rows.size(), 2u * 2 * 2 * 3 * 2);
+    std::set<std::string> tests, combos;
+    for (const auto &j : rows) {
+        tests.insert(j["test"].get<std::string>());
+        combos.insert(fmt::format("{}/{}/{}", j["n_threads"].get<int>(), j["flash_attn"].get<int>(), j["type_k"].get<std::string>()));
+        EXPECT_EQ(j["n_ctx"].get<int>(), j["n_depth"].get<int>() + j["n_prompt"].get<int>() + j["n_gen"].get<int>());
+        EXPECT_GT(j["avg_ts"].get<double>(), 0.0);
+    }
+    EXPECT_EQ(tests, (std::set<std::string>{"pp8", "tg4", "pp8+tg2", "pp8 @ d16", "tg4 @ d16", "pp8+tg2 @ d16"}));
+    EXPECT_EQ(combos.size(), 8u);
+
+    toy::test::CommandResult csv = run_toy(m + "-p 8 -n 0 -ctk f16,q8_0 -o csv");
+    ASSERT_EQ(csv.code, 0) << csv.err;
+    EXPECT_EQ(count_lines(csv.out), 3) << csv.out;  // header + 2 rows
+    EXPECT_EQ(csv.out.rfind("build,backends,model_filename", 0), 0u) << csv.out;
+    EXPECT_NE(csv.out.find(",q8_0,"), std::string::npos);
+
+    toy::test::CommandResult md = run_toy(m + "-p 8 -n 0 -ctk f16,q8_0");
+    ASSERT_EQ(md.code, 0) << md.err;
+    EXPECT_NE(md.out.find("| type_k |"), std::string::npos) << md.out;
+    EXPECT_NE(md.out.find("q8_0"), std::string::npos);
+
+    toy::test::CommandResult json = run_toy(m + "-p 8 -n 0 -t 1,2 -o json");
+    ASSERT_EQ(json.code, 0) << json.err;
+    EXPECT_EQ(nlohmann::json::parse(json.out).size(), 2u);
+
+    for (const char *bad : {"-pg 8", "-pg 8,0", "-t 1,x", "-fa 1,maybe", "-ctk f16,q3_k", "-d -1", "-o xml",
+                                   "-t 1, -p 8"}) {
+        SCOPED_TRACE(bad);
+        toy::test::CommandResult b = run_toy(m + std::string(bad));
+        EXPECT_EQ(b.code, 1);
+        EXPECT_EQ(count_lines(b.err), 1) << b.err;
+        EXPECT_TRUE(b.out.empty()) << b.out;
+    }
+}
+
+// each row is printed when its test is done, not at the end: the pp row
+// arrives while the long tg test still runs (the process is then stopped)
+TEST(Bench, RowsAppearAsTestsFinish) {
+    const std::string cmd = "exec " + shell_quote(TOY_BIN) + " bench -m " + shell_quote(kTied) +
+                            " -r 1 -p 8 -n 4000 -o jsonl 2>/dev/null";
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)nullptr);
+        _exit(127);
+    }
+    close(fds[1]);
+    std::string first;
+    char c;
+    while (read(fds[0], &c, 1) == 1 && c != '\n') first += c;
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    EXPECT_EQ(nlohmann::json::parse(first)["test"], "pp8");
+    EXPECT_TRUE(WIFSIGNALED(status)) << "the pp row came only after every test had finished";
 }
 
 }  // namespace

@@ -144,7 +144,7 @@ TEST(Cli, SingleDashLongFlagsAreLongFlagsOrNamedErrors) {
     // unknown: one line naming the flag, exit 1, never help and 0
     expect_one_line_error(run_toy("run -m " + kStories + " -p Once -ngl 99"), "'-ngl'");
     expect_one_line_error(run_toy("run -hf org/x"), "'-hf'");
-    expect_one_line_error(run_toy("bench -m " + kStories + " -pg 16,4"), "'-pg'");
+    expect_one_line_error(run_toy("bench -m " + kStories + " -mmp 0"), "'-mmp'");
     // a value that looks like a flag is still the value
     Result v = run_toy("tokenize -m " + kStories + " -p -hello --ids");
     ASSERT_EQ(v.code, 0) << v.err;

@@ -4,6 +4,7 @@
 #include "gguf/gguf_writer.h"
 #include "model/lora_adapter.h"
 #include "runtime/sequence.h"
+#include "serve/scheduler.h"
 #include "test_models.h"
 #include "test_util.h"
 #include "train/trainable.h"
@@ -169,7 +170,9 @@ TEST(Lora, AdapterThatDoesNotFitIsOneLineError) {
         const std::string e = test::error_of([&] { LoraSet::load({{bad.path, 1.0f}}, *model); });
         EXPECT_FALSE(e.empty());
         EXPECT_EQ(e.find('\n'), std::string::npos) << e;
-        if (!bad.expect.empty()) EXPECT_NE(e.find(bad.expect), std::string::npos) << e;
+        if (!bad.expect.empty()) {
+            EXPECT_NE(e.find(bad.expect), std::string::npos) << e;
+        }
     }
 }
 
@@ -225,4 +228,51 @@ TEST(Lora, LlamaCppLoadsToysAdaptersWithTheSameLogits) {
         // the adapters change llama.cpp's logits well beyond that tolerance
         EXPECT_GT(test::compare_rows(test::read_f32(test::fixture_path(fx + ".logits.f32")), want, V).d_max, 5 * tol);
     }
+}
+
+// toy serve takes --lora as the other commands do: its scheduler decodes with
+// the adapters (greedy tokens equal a Session's with the same adapters).
+TEST(Lora, TheServerDecodesWithTheAdapters) {
+    TrainedLora t = trained_lora("llama", "all", false, "serve");
+    auto model = Model::load(tiny_model("llama"));
+    const text::Vocab vocab = text::Vocab::load(model->file());
+    const LoraSet lora = LoraSet::load({{t.path, 4.0f}}, *model);
+    const std::vector<int32_t> prompt = {1, 5, 9, 13};
+    auto greedy = [&](const graph::Adapters *adapters) {
+        SessionOptions so;
+        so.n_ctx = 128;
+        so.n_threads = 2;
+        so.adapters = adapters;
+        Session s(*model, so);
+        s.eval(prompt);
+        std::vector<int32_t> out;
+        for (int i = 0; i < 8; ++i) {
+            const float *lg = s.last_logits();
+            const int32_t best = (int32_t)(std::max_element(lg, lg + s.n_vocab()) - lg);
+            out.push_back(best);
+            s.eval(std::span<const int32_t>(&best, 1));
+        }
+        return out;
+    };
+    const std::vector<int32_t> with = greedy(&lora.terms), without = greedy(nullptr);
+    ASSERT_NE(with, without) << "the adapter should change the greedy tokens";
+    SessionOptions so;
+    so.n_ctx = 128;
+    so.n_threads = 2;
+    so.adapters = &lora.terms;
+    serve::Scheduler sched(*model, vocab, so, serve::SchedulerOptions{.n_slots = 2, .max_queue = 4});
+    serve::Request r;
+    r.prompt = prompt;
+    r.sampling.temp = 0.0f;
+    r.limits.max_tokens = 8;
+    r.limits.ignore_eos = true;
+    r.n_logprobs = 0;
+    auto stream = sched.submit(r);
+    ASSERT_TRUE(stream);
+    serve::Event ev;
+    std::vector<int32_t> got;
+    while (stream->next(ev)) {
+        for (const auto &lp : ev.logprobs) got.push_back(lp.id);
+    }
+    EXPECT_EQ(got, with);
 }

@@ -4,10 +4,15 @@
 //   ppN: from an empty cache, N random tokens in one eval call (split into
 //        -b sized calls like llama-bench), logits of the last token only;
 //   tgN: from an empty cache, N single-token eval calls;
+//   ppN+tgM (-pg N,M): both, timed together;
+//   "@ dD" (-d D): the same from a cache already holding D tokens (filled
+//        before each repetition, not timed);
 // one warmup run first (the whole prompt for pp, one token for tg), then -r
 // repetitions; tokens/s per repetition, reported as mean and sample stddev.
-// Each test gets its own Session with a context of exactly n_prompt + n_gen
-// cells (as llama-bench does) unless -c is given.
+// Each test gets its own Session with a context of exactly depth + n_prompt
+// + n_gen cells (as llama-bench does) unless -c is given. -t, -fa, -ctk and
+// -ctv take comma lists too: every combination is run, and each row is
+// printed when its test is done (md, csv, json or jsonl).
 //
 // --roofline adds a memory-bandwidth probe and, with -m, the decode ceiling:
 // bandwidth / bytes read per generated token (runtime/bandwidth.h).
@@ -16,6 +21,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "runtime/bandwidth.h"
+#include "runtime/kv_cache.h"
 
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
@@ -43,6 +49,10 @@ struct BenchOptions {
     ModelFlags model;
     std::string n_prompt = "512";
     std::string n_gen = "128";
+    std::string n_depth = "0";
+    std::vector<std::string> pg;  // "pp,tg" pairs
+    // comma lists, one run per combination
+    std::string threads = "0", flash_attn = "auto", cache_type_k = "f16", cache_type_v = "f16";
     int reps = 5;
     bool json = false;
     std::string output = "md";
@@ -52,8 +62,15 @@ struct BenchOptions {
     uint32_t seed = 1234;
 };
 
+// One combination of the list flags.
+struct Instance {
+    int n_threads = 0;
+    std::string flash_attn, cache_type_k, cache_type_v;
+};
+
 struct TestResult {
-    int n_prompt = 0, n_gen = 0;
+    Instance inst;
+    int n_prompt = 0, n_gen = 0, n_depth = 0;
     int64_t n_ctx = 0;
     std::vector<uint64_t> samples_ns;
     std::vector<double> samples_ts;
@@ -61,9 +78,10 @@ struct TestResult {
     double ceiling_ts = 0.0;
 
     std::string name() const {
-        if (n_gen == 0) return fmt::format("pp{}", n_prompt);
-        if (n_prompt == 0) return fmt::format("tg{}", n_gen);
-        return fmt::format("pp{}+tg{}", n_prompt, n_gen);
+        const std::string depth = n_depth > 0 ? fmt::format(" @ d{}", n_depth) : "";
+        if (n_gen == 0) return fmt::format("pp{}{}", n_prompt, depth);
+        if (n_prompt == 0) return fmt::format("tg{}{}", n_gen, depth);
+        return fmt::format("pp{}+tg{}{}", n_prompt, n_gen, depth);
     }
 };
 
@@ -105,6 +123,19 @@ std::vector<int> parse_counts(const std::string &text, const char *flag) {
         i = j + 1;
     }
     return out;
+}
+
+// "a,b,c" as its items (none empty).
+std::vector<std::string> split_list(const std::string &text, const char *flag) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    for (;;) {
+        const size_t j = text.find(',', i);
+        out.push_back(text.substr(i, j == std::string::npos ? std::string::npos : j - i));
+        if (out.back().empty()) fail("{}: expected a comma-separated list, found '{}'", flag, text);
+        if (j == std::string::npos) return out;
+        i = j + 1;
+    }
 }
 
 std::string utc_now() {
@@ -152,6 +183,36 @@ ModelInfo describe(const Model &m) {
     return info;
 }
 
+int resolved_threads(int n) { return n > 0 ? n : (int)std::max(1u, std::thread::hardware_concurrency()); }
+
+// The session options of one combination of the list flags.
+SessionOptions session_options(const BenchOptions &o, const Instance &inst) {
+    return o.model.session_options(inst.n_threads, inst.flash_attn, inst.cache_type_k, inst.cache_type_v);
+}
+
+// Every combination of -t, -fa, -ctk and -ctv, each checked before the load.
+std::vector<Instance> instances(const BenchOptions &o) {
+    std::vector<int> threads;
+    for (const std::string &t : split_list(o.threads, "-t")) {
+        size_t used = 0;
+        int n = -1;
+        try {
+            n = std::stoi(t, &used);
+        } catch (const std::exception &) {
+            used = 0;
+        }
+        if (used != t.size() || n < 0) fail("-t: expected thread counts >= 0, comma-separated, found '{}'", o.threads);
+        threads.push_back(n);
+    }
+    std::vector<Instance> out;
+    for (int t : threads)
+        for (const std::string &fa : split_list(o.flash_attn, "-fa"))
+            for (const std::string &k : split_list(o.cache_type_k, "-ctk"))
+                for (const std::string &v : split_list(o.cache_type_v, "-ctv")) out.push_back({t, fa, k, v});
+    for (const Instance &inst : out) (void)session_options(o, inst);  // bad values fail here, in one line
+    return out;
+}
+
 class Runner {
 public:
     Runner(const Model &model, const BenchOptions &o, std::mt19937 &rng) : model_(model), o_(o), rng_(rng) {
@@ -162,12 +223,17 @@ public:
     // definition: model load start to the end of the first eval)
     std::optional<Clock::time_point> first_eval_end;
 
-    TestResult run(int n_prompt, int n_gen) {
+    TestResult run(const Instance &inst, int n_prompt, int n_gen, int n_depth) {
         TestResult r;
+        r.inst = inst;
         r.n_prompt = n_prompt;
         r.n_gen = n_gen;
-        SessionOptions so = o_.model.session_options();
-        so.n_ctx = o_.model.n_ctx > 0 ? o_.model.n_ctx : n_prompt + n_gen;
+        r.n_depth = n_depth;
+        SessionOptions so = session_options(o_, inst);
+        so.n_ctx = o_.model.n_ctx > 0 ? o_.model.n_ctx : n_depth + n_prompt + n_gen;
+        if (so.n_ctx < n_depth + n_prompt + n_gen) {
+            fail("-c {}: test {} needs {} cells", so.n_ctx, r.name(), n_depth + n_prompt + n_gen);
+        }
         r.n_ctx = so.n_ctx;
         Session s(model_, so);
         if (!warned_) {
@@ -175,11 +241,13 @@ public:
             warned_ = true;
         }
         if (!o_.no_warmup) {
+            if (n_depth > 0) prompt(s, n_depth);
             if (n_prompt > 0) prompt(s, n_prompt);
             if (n_gen > 0) generate(s, 1);
         }
         for (int rep = 0; rep < o_.reps; ++rep) {
             s.reset();
+            if (n_depth > 0) prompt(s, n_depth);  // the context the test starts from, not timed
             auto t0 = Clock::now();
             if (n_prompt > 0) prompt(s, n_prompt);
             if (n_gen > 0) generate(s, n_gen);
@@ -225,22 +293,143 @@ private:
     bool warned_ = false;
 };
 
-int resolved_threads(int n) { return n > 0 ? n : (int)std::max(1u, std::thread::hardware_concurrency()); }
 
-int flash_attn_code(const std::string &fa) { return fa == "on" ? 1 : fa == "off" ? 0 : -1; }  // llama-bench's
+// llama-bench's flash_attn field: 1 on, 0 off, -1 auto
+int flash_attn_code(const std::string &fa) {
+    return fa == "on" || fa == "1" || fa == "true" ? 1 : fa == "off" || fa == "0" || fa == "false" ? 0 : -1;
+}
 
 void print_bandwidth(const BandwidthResult &bw) {
     std::printf("memory read bandwidth: %.2f GB/s (best of %d; mean %.2f GB/s; %d threads, %zu MiB buffer, %s loads)\n",
                 bw.gb_per_s, bw.runs, bw.mean_gb_per_s, bw.n_threads, bw.buffer_bytes >> 20, bw.kernel);
 }
 
+// The rows of the results, each printed when its test is done.
+class Printer {
+public:
+    Printer(const BenchOptions &o, const ModelInfo &info, const std::vector<Instance> &insts)
+        : o_(o), info_(info), format_(o.json ? "json" : o.output) {
+        for (const Instance &i : insts) {
+            show_kv_ |= i.cache_type_k != "f16" || i.cache_type_v != "f16";
+            show_fa_ |= i.flash_attn != "auto";
+        }
+    }
+
+    void begin() {
+        if (format_ == "md") {
+            std::printf("| %-28s | %10s | %10s | %7s | %7s |%s%s %13s | %20s |\n", "model", "size", "params", "backend",
+                        "threads", show_kv_ ? " type_k | type_v |" : "", show_fa_ ? " fa |" : "", "test", "t/s");
+            std::printf("| %s | %s | %s | %s | %s |%s%s %s | %s |\n", std::string(28, '-').c_str(), "---------:",
+                        "---------:", "-------", "------:", show_kv_ ? " -----: | -----: |" : "", show_fa_ ? " -: |" : "",
+                        "------------:", "-------------------:");
+        } else if (format_ == "json") {
+            std::printf("[");
+        }
+        std::fflush(stdout);
+    }
+
+    // `extra`: fields known only at the end (load, RSS, roofline), or null
+    void row(const TestResult &r, const nlohmann::ordered_json &extra) {
+        if (format_ == "md") {
+            const std::string params = info_.n_params < 1'000'000'000 ? fmt::format("{:.2f} M", info_.n_params / 1e6)
+                                                                      : fmt::format("{:.2f} B", info_.n_params / 1e9);
+            const std::string kv =
+                show_kv_ ? fmt::format(" {:>6} | {:>6} |", r.inst.cache_type_k, r.inst.cache_type_v) : "";
+            const std::string fa = show_fa_ ? fmt::format(" {:>2} |", flash_attn_code(r.inst.flash_attn)) : "";
+            const std::string ts = fmt::format("{:.2f} ± {:.2f}", mean(r.samples_ts), stddev(r.samples_ts));
+            std::printf("| %-28s | %10s | %10s | %7s | %7d |%s%s %13s | %21s |\n", info_.type_label.c_str(),
+                        human_bytes((double)info_.size).c_str(), params.c_str(), "CPU", resolved_threads(r.inst.n_threads),
+                        kv.c_str(), fa.c_str(), r.name().c_str(), ts.c_str());
+        } else {
+            nlohmann::ordered_json j = fields(r);
+            if (!extra.is_null()) j.update(extra);
+            if (format_ == "json") {
+                std::printf("%s\n  %s", n_rows_ ? "," : "", j.dump().c_str());
+            } else if (format_ == "jsonl") {
+                std::printf("%s\n", j.dump().c_str());
+            } else {  // csv: llama-bench's scalar fields, header before the first row
+                if (n_rows_ == 0) {
+                    std::string head;
+                    for (auto it = j.begin(); it != j.end(); ++it)
+                        if (!it->is_structured()) head += (head.empty() ? "" : ",") + it.key();
+                    std::printf("%s\n", head.c_str());
+                }
+                std::string line;
+                for (auto it = j.begin(); it != j.end(); ++it) {
+                    if (it->is_structured()) continue;
+                    std::string cell = it->is_string() ? it->get<std::string>() : it->dump();
+                    if (cell.find_first_of(",\"\n") != std::string::npos) {
+                        std::string q = "\"";
+                        for (char c : cell) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+                        cell = q + "\"";
+                    }
+                    line += (line.empty() ? "" : ",") + cell;
+                }
+                std::printf("%s\n", line.c_str());
+            }
+        }
+        ++n_rows_;
+        std::fflush(stdout);
+    }
+
+    void end() {
+        if (format_ == "json") std::printf("\n]\n");
+        std::fflush(stdout);
+    }
+
+    bool markdown() const { return format_ == "md"; }
+
+private:
+    nlohmann::ordered_json fields(const TestResult &r) const {  // llama-bench's order
+        const SessionOptions so = session_options(o_, r.inst);
+        return {
+            {"build", "toy 0.1.0"},
+            {"backends", "CPU"},
+            {"model_filename", info_.filename},
+            {"model_type", info_.type_label},
+            {"model_size", info_.size},
+            {"model_n_params", info_.n_params},
+            {"n_batch", o_.model.n_batch},
+            {"n_ubatch", o_.model.n_ubatch},
+            {"n_threads", resolved_threads(r.inst.n_threads)},
+            {"type_k", ggml_type_name(so.type_k)},
+            {"type_v", ggml_type_name(so.type_v)},
+            {"flash_attn", flash_attn_code(r.inst.flash_attn)},
+            {"use_mmap", !o_.model.no_mmap},
+            {"repack", !o_.model.no_repack},
+            {"fuse", !o_.model.no_fuse},
+            {"huge_pages", want_huge_pages(o_.model.load_options().huge_pages)},
+            {"n_ctx", r.n_ctx},
+            {"n_prompt", r.n_prompt},
+            {"n_gen", r.n_gen},
+            {"n_depth", r.n_depth},
+            {"test", r.name()},
+            {"test_time", utc_now()},
+            {"avg_ns", (uint64_t)std::llround(mean(r.samples_ns))},
+            {"stddev_ns", (uint64_t)std::llround(stddev(r.samples_ns))},
+            {"avg_ts", mean(r.samples_ts)},
+            {"stddev_ts", stddev(r.samples_ts)},
+            {"samples_ns", r.samples_ns},
+            {"samples_ts", r.samples_ts},
+        };
+    }
+
+    const BenchOptions &o_;
+    const ModelInfo &info_;
+    std::string format_;
+    bool show_kv_ = false, show_fa_ = false;
+    int n_rows_ = 0;
+};
+
 int run_bench(const BenchOptions &o, bool prompt_given) {
-    if (o.output != "md" && o.output != "json") fail("-o: expected md or json, found '{}'", o.output);
+    if (o.output != "md" && o.output != "json" && o.output != "jsonl" && o.output != "csv") {
+        fail("-o: expected md, csv, json or jsonl, found '{}'", o.output);
+    }
     const bool json = o.json || o.output == "json";
     if (o.reps < 1) fail("-r: expected at least 1 repetition, found {}", o.reps);
     if (o.roofline_mib < 0) fail("--roofline-mib: expected a size >= 0, found {}", o.roofline_mib);
-    if (o.model.n_threads < 0) fail("-t: expected a thread count >= 0, found {}", o.model.n_threads);
-    const int n_threads = resolved_threads(o.model.n_threads);
+    const std::vector<Instance> insts = instances(o);  // checks -t, -fa, -ctk, -ctv before the load
+    const int n_threads = resolved_threads(insts.front().n_threads);
 
     if (o.model.model_path.empty()) {
         if (!o.roofline) fail("-m: a model file is required (or --roofline alone for the bandwidth probe)");
@@ -260,8 +449,13 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
     // in roofline mode the interesting test is tg; pp runs only when asked for
     const std::vector<int> pps = (o.roofline && !prompt_given) ? std::vector<int>{} : parse_counts(o.n_prompt, "-p");
     const std::vector<int> tgs = parse_counts(o.n_gen, "-n");
-    // validate the session flags before the (possibly slow) load
-    const SessionOptions so = o.model.session_options();
+    const std::vector<int> depths = parse_counts(o.n_depth, "-d");
+    std::vector<std::pair<int, int>> pgs;
+    for (const std::string &pg : o.pg) {
+        const std::vector<int> v = parse_counts(pg, "-pg");
+        if (v.size() != 2 || v[0] == 0 || v[1] == 0) fail("-pg: expected PROMPT,GEN token counts > 0, found '{}'", pg);
+        pgs.emplace_back(v[0], v[1]);
+    }
 
     auto t_load0 = Clock::now();
     auto model = o.model.load();
@@ -271,98 +465,68 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
 
     std::mt19937 rng(o.seed);
     Runner runner(*model, o, rng);
+    Printer printer(o, info, insts);
+    // rows go out as they finish, except under --roofline, whose ceilings
+    // come from the bandwidth probe after the tests
+    const bool at_once = o.roofline;
     std::vector<TestResult> results;
-    for (int p : pps)
-        if (p > 0) results.push_back(runner.run(p, 0));
-    for (int n : tgs)
-        if (n > 0) results.push_back(runner.run(0, n));
-    const size_t rss = peak_rss_bytes();  // before the bandwidth probe's buffer
-    const double load_first_eval_ms =
-        runner.first_eval_end ? std::chrono::duration<double, std::milli>(*runner.first_eval_end - t_load0).count() : 0.0;
+    // load time, first eval and peak RSS so far: known from the first row on
+    auto process = [&] {
+        const double first_eval_ms =
+            runner.first_eval_end ? std::chrono::duration<double, std::milli>(*runner.first_eval_end - t_load0).count() : 0.0;
+        return nlohmann::ordered_json{
+            {"load_ms", load_ms},
+            {"load_first_eval_ms", first_eval_ms},
+            {"peak_rss_bytes", peak_rss_bytes()},
+            {"weights_by_buffer", nlohmann::json(std::map<std::string, size_t>(placement.begin(), placement.end()))},
+        };
+    };
+    if (!at_once) printer.begin();
+    auto run = [&](const Instance &inst, int p, int n, int d) {
+        results.push_back(runner.run(inst, p, n, d));
+        if (!at_once) printer.row(results.back(), process());
+    };
+    for (const Instance &inst : insts) {
+        for (int d : depths) {
+            for (int p : pps)
+                if (p > 0) run(inst, p, 0, d);
+            for (int n : tgs)
+                if (n > 0) run(inst, 0, n, d);
+            for (auto [p, n] : pgs) run(inst, p, n, d);
+        }
+    }
+    const nlohmann::ordered_json after_tests = process();  // before the bandwidth probe's buffer
+    const size_t rss = after_tests["peak_rss_bytes"];
+    const double load_first_eval_ms = after_tests["load_first_eval_ms"];
 
     std::optional<BandwidthResult> bw;
     if (o.roofline) {
         bw = measure_read_bandwidth(n_threads, (size_t)o.roofline_mib << 20);
         for (auto &r : results) {
             if (r.n_prompt != 0) continue;
-            // a tg run attends 1..n_gen cells; on average n_gen / 2
-            r.decode_bytes = decode_bytes_per_token(*model, std::max(1, r.n_gen / 2), so.type_k, so.type_v);
+            const SessionOptions so = session_options(o, r.inst);
+            // a tg run attends depth + 1..n_gen cells; on average depth + n_gen / 2
+            r.decode_bytes = decode_bytes_per_token(*model, std::max(1, r.n_depth + r.n_gen / 2), so.type_k, so.type_v);
             r.ceiling_ts = bw->gb_per_s * 1e9 / (double)r.decode_bytes->total();
         }
     }
-
-    const std::string test_time = utc_now();
-    if (json) {
-        nlohmann::json arr = nlohmann::json::array();
+    if (at_once) {
+        printer.begin();
         for (const auto &r : results) {
-            nlohmann::json j = {
-                {"build", "toy 0.1.0"},
-                {"backends", "CPU"},
-                {"model_filename", info.filename},
-                {"model_type", info.type_label},
-                {"model_size", info.size},
-                {"model_n_params", info.n_params},
-                {"n_batch", o.model.n_batch},
-                {"n_ubatch", o.model.n_ubatch},
-                {"n_threads", n_threads},
-                {"type_k", ggml_type_name(so.type_k)},
-                {"type_v", ggml_type_name(so.type_v)},
-                {"flash_attn", flash_attn_code(o.model.flash_attn)},
-                {"use_mmap", !o.model.no_mmap},
-                {"repack", !o.model.no_repack},
-                {"fuse", !o.model.no_fuse},
-                {"huge_pages", want_huge_pages(o.model.load_options().huge_pages)},
-                {"n_ctx", r.n_ctx},
-                {"n_prompt", r.n_prompt},
-                {"n_gen", r.n_gen},
-                {"n_depth", 0},
-                {"test", r.name()},
-                {"test_time", test_time},
-                {"avg_ns", (uint64_t)std::llround(mean(r.samples_ns))},
-                {"stddev_ns", (uint64_t)std::llround(stddev(r.samples_ns))},
-                {"avg_ts", mean(r.samples_ts)},
-                {"stddev_ts", stddev(r.samples_ts)},
-                {"samples_ns", r.samples_ns},
-                {"samples_ts", r.samples_ts},
-                {"load_ms", load_ms},
-                {"load_first_eval_ms", load_first_eval_ms},
-                {"peak_rss_bytes", rss},
-                {"weights_by_buffer", nlohmann::json(std::map<std::string, size_t>(placement.begin(), placement.end()))},
-            };
-            if (bw) {
-                j["bandwidth_gbs"] = bw->gb_per_s;
-                if (r.decode_bytes) {
-                    j["bytes_per_token"] = r.decode_bytes->total();
-                    j["weight_bytes_per_token"] = r.decode_bytes->weights;
-                    j["kv_bytes_per_token"] = r.decode_bytes->kv;
-                    j["ceiling_ts"] = r.ceiling_ts;
-                    j["ceiling_fraction"] = mean(r.samples_ts) / r.ceiling_ts;
-                }
+            nlohmann::ordered_json extra = after_tests;
+            extra["bandwidth_gbs"] = bw->gb_per_s;
+            if (r.decode_bytes) {
+                extra["bytes_per_token"] = r.decode_bytes->total();
+                extra["weight_bytes_per_token"] = r.decode_bytes->weights;
+                extra["kv_bytes_per_token"] = r.decode_bytes->kv;
+                extra["ceiling_ts"] = r.ceiling_ts;
+                extra["ceiling_fraction"] = mean(r.samples_ts) / r.ceiling_ts;
             }
-            arr.push_back(std::move(j));
+            printer.row(r, extra);
         }
-        std::printf("%s\n", arr.dump(2).c_str());
-        return 0;
     }
-
-    // markdown, shaped like llama-bench's; fa / cache types only when not the defaults
-    const bool show_fa = o.model.flash_attn != "auto";
-    const bool show_kv = o.model.cache_type_k != "f16" || o.model.cache_type_v != "f16";
-    std::printf("| %-28s | %10s | %10s | %7s | %7s |%s%s %13s | %20s |\n", "model", "size", "params", "backend", "threads",
-                show_kv ? " type_k | type_v |" : "", show_fa ? " fa |" : "", "test", "t/s");
-    std::printf("| %s | %s | %s | %s | %s |%s%s %s | %s |\n", std::string(28, '-').c_str(), "---------:", "---------:",
-                "-------", "------:", show_kv ? " -----: | -----: |" : "", show_fa ? " -: |" : "", "------------:",
-                "-------------------:");
-    const std::string params = info.n_params < 1'000'000'000 ? fmt::format("{:.2f} M", info.n_params / 1e6)
-                                                             : fmt::format("{:.2f} B", info.n_params / 1e9);
-    for (const auto &r : results) {
-        std::string kv = show_kv ? fmt::format(" {:>6} | {:>6} |", ggml_type_name(so.type_k), ggml_type_name(so.type_v)) : "";
-        std::string fa = show_fa ? fmt::format(" {:>2} |", flash_attn_code(o.model.flash_attn)) : "";
-        std::string ts = fmt::format("{:.2f} ± {:.2f}", mean(r.samples_ts), stddev(r.samples_ts));
-        std::printf("| %-28s | %10s | %10s | %7s | %7d |%s%s %13s | %21s |\n", info.type_label.c_str(),
-                    human_bytes((double)info.size).c_str(), params.c_str(), "CPU", n_threads, kv.c_str(), fa.c_str(),
-                    r.name().c_str(), ts.c_str());
-    }
+    printer.end();
+    if (!printer.markdown()) return 0;
     std::printf("\nload: %.1f ms (Model::load), %.1f ms to the end of the first eval; peak RSS: %.1f MiB%s\n", load_ms,
                 load_first_eval_ms, rss / 1024.0 / 1024.0, o.model.no_mmap ? "" : " (mapped weights count once touched)");
     std::string where;
@@ -377,8 +541,9 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
             const DecodeBytes &d = *r.decode_bytes;
             std::printf("%s: decode reads %.2f MB/token (weights %.2f MB + KV %.3f MB at context %d); ceiling %.2f t/s; "
                         "measured %.2f t/s = %.1f%% of the ceiling\n",
-                        r.name().c_str(), d.total() / 1e6, d.weights / 1e6, d.kv / 1e6, std::max(1, r.n_gen / 2),
-                        r.ceiling_ts, mean(r.samples_ts), 100.0 * mean(r.samples_ts) / r.ceiling_ts);
+                        r.name().c_str(), d.total() / 1e6, d.weights / 1e6, d.kv / 1e6,
+                        std::max(1, r.n_depth + r.n_gen / 2), r.ceiling_ts, mean(r.samples_ts),
+                        100.0 * mean(r.samples_ts) / r.ceiling_ts);
         }
     }
     return 0;
@@ -389,11 +554,22 @@ Command reg("bench", "Measure prompt (pp) and generation (tg) speed like llama-b
                 auto o = std::make_shared<BenchOptions>();
                 o->model.add_to(app, /*with_trace=*/false);
                 app.get_option("--model")->required(false);
+                // the session flags that take comma lists here (every combination runs)
+                for (const char *name : {"--threads", "--flash-attn", "--cache-type-k", "--cache-type-v"}) {
+                    app.remove_option(app.get_option(name));
+                }
+                app.add_option("-t,--threads", o->threads, "threads, comma-separated (0: all)");
+                app.add_option("--flash-attn", o->flash_attn, "flash attention: on, off, auto (1/0), comma-separated; also -fa");
+                app.add_option("--cache-type-k", o->cache_type_k,
+                               fmt::format("K cache types, comma-separated ({}); also -ctk", kv_cache_type_names()));
+                app.add_option("--cache-type-v", o->cache_type_v, "V cache types, comma-separated; also -ctv");
                 app.add_option("-p,--n-prompt", o->n_prompt, "prompt lengths for pp tests, comma-separated; 0 skips");
                 app.add_option("-n,--n-gen", o->n_gen, "token counts for tg tests, comma-separated; 0 skips");
+                app.add_option("--pg", o->pg, "prompt then generation, timed together: PROMPT,GEN (repeatable); also -pg");
+                app.add_option("-d,--n-depth", o->n_depth, "tokens already in the cache when each test starts, comma-separated");
                 app.add_option("-r,--repetitions", o->reps, "repetitions of each test");
-                app.add_flag("--json", o->json, "print a JSON array, one object per test (llama-bench -o json fields)");
-                app.add_option("-o,--output", o->output, "output format: md or json");
+                app.add_flag("--json", o->json, "same as -o json");
+                app.add_option("-o,--output", o->output, "output format: md, csv, json or jsonl (llama-bench's fields)");
                 app.add_flag("--no-warmup", o->no_warmup, "skip the warmup run before each test");
                 app.add_flag("--roofline", o->roofline,
                              "measure memory read bandwidth; with -m also the tg ceiling (pp only with an explicit -p)");

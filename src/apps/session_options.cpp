@@ -75,14 +75,19 @@ LoadOptions ModelFlags::load_options() const {
 }
 
 SessionOptions ModelFlags::session_options() const {
+    return session_options(n_threads, flash_attn, cache_type_k, cache_type_v);
+}
+
+SessionOptions ModelFlags::session_options(int threads, const std::string &fa, const std::string &type_k,
+                                           const std::string &type_v) const {
     SessionOptions o;
     o.n_ctx = n_ctx;
     o.n_batch = n_batch;
     o.n_ubatch = n_ubatch;
-    o.n_threads = n_threads;
-    o.type_k = parse_cache_type(cache_type_k, "-ctk");
-    o.type_v = parse_cache_type(cache_type_v, "-ctv");
-    o.flash_attn = parse_on_off_auto<FlashAttn>(flash_attn, "-fa");
+    o.n_threads = threads;
+    o.type_k = parse_cache_type(type_k, "-ctk");
+    o.type_v = parse_cache_type(type_v, "-ctv");
+    o.flash_attn = parse_on_off_auto<FlashAttn>(fa, "-fa");
     if (n_ctx < 0) fail("-c: expected a size >= 0, found {}", n_ctx);
     o.trace = trace ? stderr : nullptr;
     o.adapters = &loras_.terms;

@@ -46,6 +46,10 @@ struct ModelFlags {
     LoadOptions load_options() const;
     // Sessions made with these options apply the adapters load() loaded.
     SessionOptions session_options() const;
+    // The same with other threads, flash attention and cache types (toy
+    // bench's lists): each checked, an error naming its flag.
+    SessionOptions session_options(int threads, const std::string &fa, const std::string &type_k,
+                                   const std::string &type_v) const;
     // The model, and the adapters of --lora / --lora-scaled checked against
     // it; they live as long as these flags.
     std::unique_ptr<Model> load() const;
