@@ -243,3 +243,24 @@ TEST(Cli, HelpShowsDefaults) {
     EXPECT_NE(r.out.find("INT=-1"), std::string::npos) << r.out;  // -n
     EXPECT_NE(r.out.find("FLOAT=0.8"), std::string::npos) << r.out;  // --temp
 }
+
+TEST(Cli, SamplerFlagsAsLlamaCpp) {
+    const std::string base = "run -m " + kStories + " -p Once -n 6 -s 3 --json ";
+    for (const char *flags : {"--typical 0.5", "--top-nsigma 1.5", "--xtc-probability 0.5 --xtc-threshold 0.1",
+                              "--mirostat 1", "--mirostat 2 --mirostat-lr 0.2 --mirostat-ent 4",
+                              "--samplers 'top_k;temperature'", "--sampling-seq kt", "--min-keep 3 --top-p 0.1"}) {
+        Result r = run_toy(base + flags);
+        EXPECT_EQ(r.code, 0) << flags << ": " << r.err;
+        EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 6u) << flags;
+    }
+    // -l TOKEN+BIAS: a large bias makes greedy decoding repeat the token; -inf bans it
+    Result greedy = run_toy("run -m " + kStories + " -p Once -n 3 --temp 0 --json");
+    const int first = nlohmann::json::parse(greedy.out)["tokens"][0];
+    Result forced = run_toy("run -m " + kStories + " -p Once -n 3 --temp 0 --json -l 300+100");
+    EXPECT_EQ(nlohmann::json::parse(forced.out)["tokens"], nlohmann::json::parse("[300, 300, 300]"));
+    Result banned = run_toy("run -m " + kStories + " -p Once -n 3 --temp 0 --json --logit-bias " + std::to_string(first) + "-inf");
+    EXPECT_NE(nlohmann::json::parse(banned.out)["tokens"][0], first);
+    expect_one_line_error(run_toy(base + "-l 300*2"), "TOKEN+BIAS");
+    expect_one_line_error(run_toy(base + "--samplers 'top_k;wat'"), "'wat'");
+    expect_one_line_error(run_toy(base + "--mirostat 3"), "mirostat");
+}

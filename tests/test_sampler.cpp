@@ -2,6 +2,8 @@
 // for a seed, and frequencies follow the distribution.
 #include "text/sampler.h"
 
+#include "core/error.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -149,3 +151,115 @@ TEST(Sampler, PenaltyWindowForgetsOldTokens) {
 }
 
 }  // namespace
+
+namespace {
+
+std::set<int> kept_after(const SamplerParams &p, const std::vector<float> &logits) {
+    Sampler s(p);
+    s.sample(logits);
+    std::set<int> ids;
+    for (const auto &c : s.last_candidates()) ids.insert(c.id);
+    return ids;
+}
+
+std::vector<float> logs(std::initializer_list<float> probs) {
+    std::vector<float> l;
+    for (float p : probs) l.push_back(std::log(p));
+    return l;
+}
+
+}  // namespace
+
+TEST(Sampler, TypicalKeepsTheTokensNearestTheEntropy) {
+    // p = 0.4, 0.3, 0.2, 0.1: entropy 1.2799 nats; |-log p - H| = 0.364, 0.076, 0.330, 1.023
+    // -> order 1, 2, 0, 3; cumulative 0.3, 0.5, 0.9: typical_p 0.45 keeps {1, 2}
+    SamplerParams p = only(1.0f);
+    p.typical_p = 0.45f;
+    EXPECT_EQ(kept_after(p, logs({0.4f, 0.3f, 0.2f, 0.1f})), (std::set<int>{1, 2}));
+    p.typical_p = 0.85f;
+    EXPECT_EQ(kept_after(p, logs({0.4f, 0.3f, 0.2f, 0.1f})), (std::set<int>{0, 1, 2}));
+    p.typical_p = 0.45f;
+    p.min_keep = 3;
+    EXPECT_EQ(kept_after(p, logs({0.4f, 0.3f, 0.2f, 0.1f})), (std::set<int>{0, 1, 2}));
+}
+
+TEST(Sampler, TopNSigmaKeepsLogitsNearTheMax) {
+    // logits 0, 1, 2, 3, 10: mean 3.2, std (population) 3.54 -> 1 sigma keeps >= 6.46: {4}; 3 sigma keeps >= -0.62: all
+    const std::vector<float> l = {0, 1, 2, 3, 10};
+    SamplerParams p = only(1.0f);
+    p.top_n_sigma = 1.0f;
+    EXPECT_EQ(kept_after(p, l), (std::set<int>{4}));
+    p.top_n_sigma = 2.0f;  // >= 3.12 - ... = 10 - 7.08 = 2.92: {3, 4}
+    EXPECT_EQ(kept_after(p, l), (std::set<int>{3, 4}));
+    p.top_n_sigma = 3.0f;
+    EXPECT_EQ(kept_after(p, l).size(), 5u);
+}
+
+TEST(Sampler, XtcCutsTheLikelyTokensButTheLeastOfThem) {
+    // p = 0.5, 0.3, 0.15, 0.05 with threshold 0.1: 0, 1, 2 qualify; all but 2 go
+    SamplerParams p = only(1.0f);
+    p.xtc_probability = 1.0f;
+    p.xtc_threshold = 0.1f;
+    EXPECT_EQ(kept_after(p, logs({0.5f, 0.3f, 0.15f, 0.05f})), (std::set<int>{2, 3}));
+    p.xtc_threshold = 0.6f;  // above 0.5: off
+    EXPECT_EQ(kept_after(p, logs({0.5f, 0.3f, 0.15f, 0.05f})).size(), 4u);
+    p.xtc_threshold = 0.4f;  // only one qualifies: nothing to cut
+    EXPECT_EQ(kept_after(p, logs({0.5f, 0.3f, 0.15f, 0.05f})).size(), 4u);
+    p.xtc_threshold = 0.1f;
+    p.xtc_probability = 0.0f;
+    EXPECT_EQ(kept_after(p, logs({0.5f, 0.3f, 0.15f, 0.05f})).size(), 4u);
+}
+
+TEST(Sampler, MirostatFollowsTheTargetSurprise) {
+    // 1000 tokens with Zipf-like probabilities; the surprise of the draws
+    // (under the truncated distribution they are drawn from, as mirostat
+    // measures it) settles near tau, and v2 never keeps a token above mu
+    std::vector<float> l(1000);
+    for (int i = 0; i < 1000; ++i) l[i] = -1.1f * std::log((float)(i + 1));
+    for (int version : {1, 2}) {
+        SCOPED_TRACE(version);
+        SamplerParams p = only(1.0f);
+        p.mirostat = version;
+        p.mirostat_tau = 3.0f;
+        p.mirostat_eta = 0.1f;
+        Sampler s(p);
+        double surprise = 0;
+        const int n = 4000;
+        for (int i = 0; i < n; ++i) {
+            const int t = s.sample(l);
+            float pt = 0;
+            for (const auto &c : s.last_candidates())
+                if (c.id == t) pt = c.p;
+            ASSERT_GT(pt, 0.0f);
+            EXPECT_LT(s.last_candidates().size(), l.size());  // truncated
+            if (i >= n / 2) surprise += -std::log2((double)pt);
+        }
+        EXPECT_NEAR(surprise / (n / 2), 3.0, 0.6);
+    }
+    SamplerParams p = only(1.0f);
+    p.mirostat = 2;
+    p.mirostat_tau = 2.0f;  // mu starts at 4 bits: tokens below 1/16 of the mass are out
+    Sampler s(p);
+    s.sample(l);
+    for (const auto &c : s.last_candidates()) EXPECT_GE(c.p, 0.0f);
+    double z = 0;
+    for (float x : l) z += std::exp((double)x);
+    for (const auto &c : s.last_candidates()) EXPECT_LE(-std::log2(std::exp((double)l[c.id]) / z), 4.0 + 1e-6);
+}
+
+TEST(Sampler, OrderIsConfigurableAndParsedAsLlamaCpp) {
+    using toy::text::parse_stages;
+    using toy::text::Stage;
+    EXPECT_EQ(parse_stages("ekypmxt"), parse_stages("penalties;top_k;typ_p;top_p;min_p;xtc;temperature"));
+    EXPECT_EQ(parse_stages("top-k;temp"), (std::vector<Stage>{Stage::TopK, Stage::Temperature}));
+    EXPECT_EQ(toy::text::stage_names(SamplerParams{}.order), "penalties;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature");
+    EXPECT_THROW(parse_stages("top_k;nope"), toy::Error);
+    // min-p before or after a hot temperature keeps different sets
+    const std::vector<float> l = logs({0.6f, 0.25f, 0.1f, 0.05f});
+    SamplerParams p = only(3.0f);
+    p.min_p = 0.2f;
+    p.order = parse_stages("min_p;temperature");
+    EXPECT_EQ(kept_after(p, l), (std::set<int>{0, 1}));
+    p.order = parse_stages("temperature;min_p");
+    EXPECT_EQ(kept_after(p, l), (std::set<int>{0, 1, 2, 3}));
+}

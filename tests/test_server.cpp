@@ -205,6 +205,13 @@ TEST(Server, LogitBiasAndIgnoreEos) {
                                        "logit_bias": [[{0}, 100], [{0}, false]]}})", cat));
     EXPECT_NE(banned["choices"][0]["text"].get<std::string>().rfind(piece, 0), 0u) << banned.dump();
     int status = 0;
+    for (const char *body : {R"({"prompt": "Once", "samplers": ["top_k", "wat"]})", R"({"prompt": "Once", "mirostat": 3})"}) {
+        post(c, "/v1/completions", body, &status);
+        EXPECT_EQ(status, 400) << body;
+    }
+    json mirostat = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 4, "mirostat": 2, "typical_p": 0.9,
+                                                   "samplers": ["top_k", "typ_p", "temperature"], "seed": 1})", &status);
+    EXPECT_EQ(status, 200) << mirostat.dump();
     json bad = post(c, "/v1/completions", R"({"prompt": "Once", "logit_bias": {"99999": 1}})", &status);
     EXPECT_EQ(status, 400);
     EXPECT_NE(bad["error"]["message"].get<std::string>().find("logit_bias"), std::string::npos) << bad.dump();

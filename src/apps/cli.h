@@ -36,5 +36,7 @@ std::vector<Registered> &registry();
 
 // Adds --temp, --top-k, --top-p, --min-p, penalties and -s to a command.
 void add_sampling_flags(CLI::App &app, toy::text::SamplerParams &s);
+// -l / --logit-bias's TOKEN+BIAS or TOKEN-BIAS (BIAS may be inf); throws toy::Error.
+std::pair<int32_t, float> parse_logit_bias(const std::string &v);
 
 }  // namespace toy::cli

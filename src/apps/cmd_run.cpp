@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -135,7 +137,49 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
     app.add_option("--repeat-last-n", s.penalty_last_n, "recent tokens the penalties see (0: off, -1: all)");
     app.add_option("--presence-penalty", s.presence_penalty, "subtracted once from recent tokens' logits");
     app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in recent tokens");
+    app.add_option("--typical", s.typical_p, "locally typical sampling: keep this much probability (1: off)");
+    app.add_option("--top-nsigma", s.top_n_sigma, "keep logits within n standard deviations of the largest (-1: off)");
+    app.add_option("--xtc-probability", s.xtc_probability, "chance of removing the most likely tokens (XTC; 0: off)");
+    app.add_option("--xtc-threshold", s.xtc_threshold, "XTC removes the tokens at least this likely but the last (> 0.5: off)");
+    app.add_option("--min-keep", s.min_keep, "top-p, typical, min-p and XTC keep at least this many tokens (0: 1)");
+    app.add_option("--mirostat", s.mirostat, "mirostat sampling instead of the stages: 0 off, 1 v1, 2 v2")
+        ->check(CLI::Range(0, 2));
+    app.add_option("--mirostat-lr", s.mirostat_eta, "mirostat learning rate (eta)");
+    app.add_option("--mirostat-ent", s.mirostat_tau, "mirostat target entropy (tau)");
+    app.add_option_function<std::string>(
+           "--samplers", [&s](const std::string &v) { s.order = text::parse_stages(v); },
+           "the sampling stages in order, ';'-separated")
+        ->default_str(text::stage_names(s.order));
+    app.add_option_function<std::string>(
+        "--sampling-seq", [&s](const std::string &v) { s.order = text::parse_stages(v); },
+        "the same as letters (e penalties, s top-n-sigma, k top-k, y typical, p top-p, m min-p, x xtc, t temperature)");
+    app.add_option_function<std::vector<std::string>>(
+        "-l,--logit-bias",
+        [&s](const std::vector<std::string> &items) {
+            for (const std::string &v : items) s.logit_bias.push_back(parse_logit_bias(v));
+        },
+        "add BIAS to a token's logit: TOKEN+BIAS or TOKEN-BIAS (e.g. 15043+1, 2-inf bans token 2; repeatable)");
     app.add_option("-s,--seed", s.seed, "random seed (default: random)");
+}
+
+std::pair<int32_t, float> parse_logit_bias(const std::string &v) {
+    size_t i = 0;
+    while (i < v.size() && std::isdigit((unsigned char)v[i])) ++i;
+    if (i == 0 || i + 1 >= v.size() || (v[i] != '+' && v[i] != '-')) {
+        fail("--logit-bias: expected TOKEN+BIAS or TOKEN-BIAS (e.g. 15043+1), found '{}'", v);
+    }
+    const std::string num = v.substr(i + 1);
+    size_t used = 0;
+    float bias = 0;
+    try {
+        bias = std::stof(num, &used);
+    } catch (const std::exception &) {
+        used = 0;
+    }
+    if (used != num.size()) fail("--logit-bias: expected a number after '{}' in '{}'", v[i], v);
+    const long long id = std::stoll(v.substr(0, i));
+    if (id > INT32_MAX) fail("--logit-bias: token id {} is out of range", id);
+    return {(int32_t)id, v[i] == '-' ? -bias : bias};
 }
 
 namespace {

@@ -101,6 +101,35 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
     p.presence_penalty = field<float>(b, "presence_penalty", 0.0f, "a number");
     p.frequency_penalty = field<float>(b, "frequency_penalty", 0.0f, "a number");
     p.repeat_penalty = field<float>(b, "repeat_penalty", 1.0f, "a number");
+    p.typical_p = field<float>(b, "typical_p", 1.0f, "a number");
+    p.top_n_sigma = field<float>(b, "top_n_sigma", -1.0f, "a number");
+    p.xtc_probability = field<float>(b, "xtc_probability", 0.0f, "a number");
+    p.xtc_threshold = field<float>(b, "xtc_threshold", 0.1f, "a number");
+    p.min_keep = field<int32_t>(b, "min_keep", 0, "an integer");
+    p.mirostat = field<int>(b, "mirostat", 0, "0, 1 or 2");
+    if (p.mirostat < 0 || p.mirostat > 2) throw ApiError{400, fmt::format("'mirostat' must be 0, 1 or 2, found {}", p.mirostat)};
+    p.mirostat_tau = field<float>(b, "mirostat_tau", 5.0f, "a number");
+    p.mirostat_eta = field<float>(b, "mirostat_eta", 0.1f, "a number");
+    if (auto it = b.find("samplers"); it != b.end() && !it->is_null()) {
+        // llama-server's: an array of names, or one string of them
+        std::string names;
+        if (it->is_string()) {
+            names = it->get<std::string>();
+        } else if (it->is_array()) {
+            for (const json &n : *it) {
+                if (!n.is_string()) throw ApiError{400, "'samplers' must be an array of sampler names"};
+                if (!names.empty()) names += ';';
+                names += n.get<std::string>();
+            }
+        } else {
+            throw ApiError{400, "'samplers' must be an array of sampler names"};
+        }
+        try {
+            p.order = text::parse_stages(names);
+        } catch (const Error &e) {
+            throw ApiError{400, e.what()};
+        }
+    }
     const int64_t seed = field<int64_t>(b, "seed", -1, "an integer");
     if (seed >= 0) p.seed = (uint64_t)seed;
     if (p.temp < 0) throw ApiError{400, fmt::format("'temperature' must be >= 0, found {}", p.temp)};

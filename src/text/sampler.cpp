@@ -1,19 +1,85 @@
 #include "text/sampler.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <unordered_map>
 
 namespace toy::text {
+namespace {
+
+struct StageName {
+    const char *name;
+    char letter;
+    Stage stage;
+};
+// llama.cpp's names (and the aliases its --samplers takes) and letters
+constexpr StageName kStages[] = {
+    {"penalties", 'e', Stage::Penalties}, {"top_n_sigma", 's', Stage::TopNSigma}, {"top_k", 'k', Stage::TopK},
+    {"typ_p", 'y', Stage::Typical},       {"typical_p", 'y', Stage::Typical},      {"typical", 'y', Stage::Typical},
+    {"top_p", 'p', Stage::TopP},          {"nucleus", 'p', Stage::TopP},           {"min_p", 'm', Stage::MinP},
+    {"xtc", 'x', Stage::Xtc},             {"temperature", 't', Stage::Temperature}, {"temp", 't', Stage::Temperature},
+};
+
+}  // namespace
+
+std::vector<Stage> parse_stages(const std::string &text) {
+    std::vector<Stage> out;
+    const bool letters = text.find(';') == std::string::npos && text.find('_') == std::string::npos &&
+                         std::all_of(text.begin(), text.end(), [](char c) { return std::string("eskypmxt").find(c) != std::string::npos; });
+    if (letters && !text.empty()) {
+        for (char c : text) {
+            for (const StageName &s : kStages) {
+                if (s.letter == c) {
+                    out.push_back(s.stage);
+                    break;
+                }
+            }
+        }
+        return out;
+    }
+    size_t i = 0;
+    while (i <= text.size()) {
+        const size_t j = std::min(text.find(';', i), text.size());
+        std::string name = text.substr(i, j - i);
+        std::replace(name.begin(), name.end(), '-', '_');
+        auto it = std::find_if(std::begin(kStages), std::end(kStages), [&](const StageName &s) { return name == s.name; });
+        if (it == std::end(kStages)) {
+            fail("--samplers: unknown sampler '{}' (expected names like penalties;top_k;typ_p;top_p;min_p;xtc;temperature, "
+                 "or letters like ekypmxt)", text.substr(i, j - i));
+        }
+        out.push_back(it->stage);
+        i = j + 1;
+    }
+    return out;
+}
+
+std::string stage_names(const std::vector<Stage> &order) {
+    std::string out;
+    for (Stage st : order) {
+        for (const StageName &s : kStages) {
+            if (s.stage == st) {
+                if (!out.empty()) out += ';';
+                out += s.name;
+                break;
+            }
+        }
+    }
+    return out;
+}
 
 Sampler::Sampler(const SamplerParams &p) : p_(p) {
     seed_ = p.seed == 0xFFFFFFFFu ? std::random_device{}() : p.seed;
     rng_.seed(seed_);
+    mu_ = 2.0f * p_.mirostat_tau;
 }
 
 void Sampler::reset() {
     history_.clear();
     rng_.seed(seed_);
+    mu_ = 2.0f * p_.mirostat_tau;
 }
 
 void Sampler::accept(int32_t token) {
@@ -58,7 +124,7 @@ void Sampler::top_p(float p) {
     size_t keep = cur_.size();
     for (size_t i = 0; i < cur_.size(); ++i) {
         cum += cur_[i].p;
-        if (cum >= p) {
+        if (cum >= p && i + 1 >= keep_at_least()) {
             keep = i + 1;
             break;
         }
@@ -67,11 +133,126 @@ void Sampler::top_p(float p) {
 }
 
 void Sampler::min_p(float p) {
-    if (p <= 0.0f) return;
+    if (p <= 0.0f || cur_.size() <= keep_at_least()) return;
     float mx = -INFINITY;
     for (const Candidate &c : cur_) mx = std::max(mx, c.logit);
     const float threshold = mx + std::log(p);  // p_i >= p * p_max  <=>  logit_i >= max + log p
-    std::erase_if(cur_, [&](const Candidate &c) { return c.logit < threshold; });
+    std::vector<Candidate> kept;
+    for (const Candidate &c : cur_)
+        if (c.logit >= threshold) kept.push_back(c);
+    if (kept.size() >= keep_at_least()) cur_ = std::move(kept);
+}
+
+// Locally typical sampling: the tokens whose surprise (-log p) is closest to
+// the distribution's entropy, until they hold probability p.
+void Sampler::typical(float p) {
+    if (p >= 1.0f) return;
+    softmax();
+    double entropy = 0;
+    for (const Candidate &c : cur_) entropy -= c.p > 0 ? c.p * std::log(c.p) : 0.0;
+    std::vector<size_t> idx(cur_.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    auto distance = [&](size_t i) { return std::fabs(-std::log(cur_[i].p) - entropy); };
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return distance(a) < distance(b); });
+    double cum = 0;
+    size_t keep = idx.size();
+    for (size_t i = 0; i < idx.size(); ++i) {
+        cum += cur_[idx[i]].p;
+        if (cum > p && i + 1 >= keep_at_least()) {
+            keep = i + 1;
+            break;
+        }
+    }
+    std::vector<Candidate> kept;
+    for (size_t i = 0; i < keep; ++i) kept.push_back(cur_[idx[i]]);
+    cur_ = std::move(kept);
+}
+
+// Top-n-sigma: logits more than n standard deviations below the largest are out.
+void Sampler::top_n_sigma(float n) {
+    if (n <= 0.0f || cur_.size() <= 1) return;
+    float mx = -INFINITY;
+    double sum = 0;
+    size_t finite = 0;
+    for (const Candidate &c : cur_) {
+        if (c.logit == -INFINITY) continue;
+        mx = std::max(mx, c.logit);
+        sum += c.logit;
+        ++finite;
+    }
+    if (finite == 0) return;
+    const double mean = sum / (double)finite;
+    double sq = 0;
+    for (const Candidate &c : cur_)
+        if (c.logit != -INFINITY) sq += (c.logit - mean) * (c.logit - mean);
+    const float floor = mx - n * (float)std::sqrt(sq / (double)finite);
+    std::erase_if(cur_, [&](const Candidate &c) { return c.logit < floor; });
+}
+
+// XTC (exclude top choices): with probability xtc_probability, every token at
+// least xtc_threshold likely except the least likely of them is removed.
+void Sampler::xtc() {
+    if (p_.xtc_probability <= 0.0f || p_.xtc_threshold > 0.5f || cur_.size() < 2) return;
+    std::uniform_real_distribution<float> chance(0.0f, 1.0f);
+    if (chance(rng_) > p_.xtc_probability) return;
+    softmax();
+    size_t last = 0;  // the least likely token above the threshold
+    while (last + 1 < cur_.size() && cur_[last + 1].p >= p_.xtc_threshold) ++last;
+    if (cur_[0].p < p_.xtc_threshold) last = 0;
+    if (last > 0 && cur_.size() - last >= keep_at_least()) cur_.erase(cur_.begin(), cur_.begin() + (ptrdiff_t)last);
+}
+
+void Sampler::temperature() {
+    if (p_.temp <= 0.0f) {
+        // greedy: only the most likely token stays
+        auto best = std::max_element(cur_.begin(), cur_.end(), [](const Candidate &a, const Candidate &b) { return a.logit < b.logit; });
+        const Candidate chosen = *best;
+        cur_ = {chosen};
+        return;
+    }
+    for (Candidate &c : cur_) c.logit /= p_.temp;
+}
+
+int32_t Sampler::draw() {
+    softmax();
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    const double r = uni(rng_);
+    double cum = 0;
+    for (const Candidate &c : cur_) {
+        cum += c.p;
+        if (r < cum) return c.id;
+    }
+    return cur_.back().id;
+}
+
+// Mirostat v1 (truncation to a k estimated from Zipf's exponent) and v2
+// (truncation at surprise mu), with mu following the target surprise tau.
+int32_t Sampler::mirostat(size_t n_vocab) {
+    softmax();
+    if (p_.mirostat == 1) {
+        const size_t m = 100;
+        double sum_ti_bi = 0, sum_ti_sq = 0;
+        for (size_t i = 0; i + 1 < m && i + 1 < cur_.size(); ++i) {
+            const double t = std::log((i + 2.0) / (i + 1.0));
+            const double b = std::log((double)cur_[i].p / (double)cur_[i + 1].p);
+            sum_ti_bi += t * b;
+            sum_ti_sq += t * t;
+        }
+        const double s_hat = sum_ti_bi / sum_ti_sq;
+        const double eps = s_hat - 1;
+        const double k = std::pow(eps * std::pow(2.0, mu_) / (1 - std::pow((double)n_vocab, -eps)), 1 / s_hat);
+        top_k(std::max(1, (int)k));
+    } else {
+        size_t keep = 0;
+        while (keep < cur_.size() && -std::log2(cur_[keep].p) <= mu_) ++keep;
+        cur_.resize(std::max<size_t>(keep, 1));
+    }
+    const int32_t id = draw();
+    float p = 0;
+    for (const Candidate &c : cur_)
+        if (c.id == id) p = c.p;
+    mu_ -= p_.mirostat_eta * (-std::log2(p) - p_.mirostat_tau);
+    return id;
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
@@ -80,27 +261,27 @@ int32_t Sampler::sample(std::span<const float> logits) {
     for (const auto &[id, bias] : p_.logit_bias) {
         if (id >= 0 && (size_t)id < cur_.size()) cur_[id].logit += bias;
     }
-    apply_penalties();
-    if (p_.temp <= 0.0f) {
-        auto best = std::max_element(cur_.begin(), cur_.end(),
-                                     [](const Candidate &a, const Candidate &b) { return a.logit < b.logit; });
-        const Candidate chosen = *best;
-        cur_ = {chosen};
+    if (p_.mirostat == 1 || p_.mirostat == 2) {
+        temperature();
+        return cur_.size() == 1 ? cur_[0].id : mirostat(logits.size());
+    }
+    for (Stage st : p_.order) {
+        switch (st) {
+            case Stage::Penalties: apply_penalties(); break;
+            case Stage::TopNSigma: top_n_sigma(p_.top_n_sigma); break;
+            case Stage::TopK: top_k(p_.top_k); break;
+            case Stage::Typical: typical(p_.typical_p); break;
+            case Stage::TopP: top_p(p_.top_p); break;
+            case Stage::MinP: min_p(p_.min_p); break;
+            case Stage::Xtc: xtc(); break;
+            case Stage::Temperature: temperature(); break;
+        }
+    }
+    if (cur_.size() == 1) {
         cur_[0].p = 1.0f;
-        return chosen.id;
+        return cur_[0].id;
     }
-    top_k(p_.top_k);
-    top_p(p_.top_p);
-    min_p(p_.min_p);
-    for (Candidate &c : cur_) c.logit /= p_.temp;
-    softmax();
-    std::uniform_real_distribution<double> uni(0.0, 1.0);
-    double r = uni(rng_), cum = 0;
-    for (const Candidate &c : cur_) {
-        cum += c.p;
-        if (r < cum) return c.id;
-    }
-    return cur_.back().id;
+    return draw();
 }
 
 }  // namespace toy::text

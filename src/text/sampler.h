@@ -1,17 +1,32 @@
-// Sampler: turns a row of logits into the next token. The stages run in
-// llama.cpp's default order — penalties, top-k, top-p, min-p, temperature —
-// then a seeded draw; temperature <= 0 is greedy (argmax).
+// Sampler: turns a row of logits into the next token, with llama.cpp's
+// definitions: logit biases first, then the stages in `order` (llama.cpp's
+// default: penalties, top-n-sigma, top-k, typical, top-p, min-p, XTC,
+// temperature), then a seeded draw; temperature <= 0 keeps only the most
+// likely token (greedy). With mirostat 1 or 2, temperature and mirostat's
+// own truncation replace the stages, as in llama.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace toy::text {
 
+enum class Stage { Penalties, TopNSigma, TopK, Typical, TopP, MinP, Xtc, Temperature };
+
+// llama.cpp's --samplers names separated by ';' (penalties, top_n_sigma,
+// top_k, typ_p, top_p, min_p, xtc, temperature; also typical, temp, ...) or
+// its --sampling-seq letters (e, s, k, y, p, m, x, t). Throws toy::Error.
+std::vector<Stage> parse_stages(const std::string &text);
+std::string stage_names(const std::vector<Stage> &order);
+
 struct SamplerParams {
+    std::vector<Stage> order = {Stage::Penalties, Stage::TopNSigma, Stage::TopK, Stage::Typical,
+                                Stage::TopP,      Stage::MinP,      Stage::Xtc,  Stage::Temperature};
     float temp = 0.8f;
     int32_t top_k = 40;           // <= 0: off
     float top_p = 0.95f;          // >= 1: off
@@ -20,6 +35,14 @@ struct SamplerParams {
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
     int32_t penalty_last_n = 64;  // window of recent tokens the penalties see (0: off, -1: whole history)
+    float typical_p = 1.0f;       // >= 1: off
+    float top_n_sigma = -1.0f;    // <= 0: off; keeps logits within n standard deviations of the max
+    float xtc_probability = 0.0f; // 0: off; the chance of cutting the most likely tokens
+    float xtc_threshold = 0.1f;   // > 0.5: off; tokens at least this likely are the ones cut (all but the least)
+    int32_t min_keep = 0;         // top-p, typical, min-p and XTC keep at least this many (0: 1)
+    int mirostat = 0;             // 1, 2: mirostat v1 / v2 instead of the stages
+    float mirostat_tau = 5.0f;    // target surprise (bits)
+    float mirostat_eta = 0.1f;    // its learning rate
     uint64_t seed = 0xFFFFFFFFu;  // 0xFFFFFFFF: a random seed
     // Added to the logits of these tokens before anything else (-INFINITY
     // bans a token); ids outside the vocabulary are ignored.
@@ -53,13 +76,21 @@ private:
     void top_k(int32_t k);
     void top_p(float p);
     void min_p(float p);
+    void typical(float p);
+    void top_n_sigma(float n);
+    void xtc();
+    void temperature();
+    int32_t mirostat(size_t n_vocab);
+    int32_t draw();
     void softmax();
+    size_t keep_at_least() const { return (size_t)std::max<int32_t>(1, p_.min_keep); }
 
     SamplerParams p_;
     uint64_t seed_;
     std::mt19937_64 rng_;
     std::deque<int32_t> history_;
     std::vector<Candidate> cur_;
+    float mu_ = 0.0f;  // mirostat's running surprise bound
 };
 
 }  // namespace toy::text
