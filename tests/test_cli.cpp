@@ -229,7 +229,8 @@ TEST(Cli, RunSaysWhenTheContextEndsGeneration) {
     Result r = run_toy("run -m " + kStories + " -p 'Once upon a time' -c 32 --temp 0 --ignore-eos --json");
     ASSERT_EQ(r.code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
-    EXPECT_EQ(j["prompt_tokens"].size() + j["tokens"].size(), 32u);
+    // every cell used, plus the token sampled from the last cell's logits (shown, never evaluated)
+    EXPECT_EQ(j["prompt_tokens"].size() + j["tokens"].size(), 33u);
     EXPECT_EQ(j["stop"], "context");
     Result text = run_toy("run -m " + kStories + " -p 'Once upon a time' -c 32 -n 500 --temp 0 --ignore-eos");
     EXPECT_NE(text.err.find("context is full (32 tokens)"), std::string::npos) << text.err;
@@ -263,4 +264,43 @@ TEST(Cli, SamplerFlagsAsLlamaCpp) {
     expect_one_line_error(run_toy(base + "-l 300*2"), "TOKEN+BIAS");
     expect_one_line_error(run_toy(base + "--samplers 'top_k;wat'"), "'wat'");
     expect_one_line_error(run_toy(base + "--mirostat 3"), "mirostat");
+}
+
+TEST(Cli, ReversePromptsNProbsContextShiftAndInteractive) {
+    // -r stops at the text, which is shown
+    Result r = run_toy("run -m " + kStories + " -p 'Once upon a time' -n 40 --temp 0 -r Lily --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["stop"], "reverse_prompt");
+    const std::string text = j["text"];
+    EXPECT_EQ(text.substr(text.size() - 4), "Lily") << text;
+    // --n-probs: each token's log-probability and its alternatives, the chosen one among them at temperature 0
+    Result p = run_toy("run -m " + kStories + " -p Once -n 3 --temp 0 --json --n-probs 3");
+    auto probs = nlohmann::json::parse(p.out)["probs"];
+    ASSERT_EQ(probs.size(), 3u);
+    for (const auto &t : probs) {
+        ASSERT_EQ(t["top"].size(), 3u);
+        EXPECT_EQ(t["top"][0]["id"], t["id"]);
+        EXPECT_LE(t["logprob"].get<double>(), 0.0);
+        EXPECT_GE(t["top"][0]["logprob"].get<double>(), t["top"][1]["logprob"].get<double>());
+    }
+    // --context-shift goes past a full context; --keep -1 keeps the prompt
+    Result s = run_toy("run -m " + kStories + " -p 'Once upon a time' -c 64 -n 200 --temp 0 --ignore-eos --context-shift --keep -1 --json");
+    ASSERT_EQ(s.code, 0) << s.err;
+    auto sj = nlohmann::json::parse(s.out);
+    EXPECT_EQ(sj["tokens"].size(), 200u);
+    EXPECT_EQ(sj["stop"], "length");
+    EXPECT_GE(sj["context_shifts"].get<int>(), 3);
+    // -i: each line read continues the text; the run ends at the end of input
+    Result in = toy::test::run_command("printf 'and a dog\\n' | " + toy::test::shell_quote(TOY_BIN) + " run -m " + kStories +
+                                       " -p 'Once upon a time' -n 4 --temp 0 -i --json");
+    ASSERT_EQ(in.code, 0) << in.err;
+    auto ij = nlohmann::json::parse(in.out);
+    EXPECT_EQ(ij["tokens"].size(), 8u);  // 4 before the line, 4 after it
+    EXPECT_NE(ij["text"].get<std::string>().find("and a dog\n"), std::string::npos) << ij["text"];
+    Result first = toy::test::run_command("printf 'Once upon a time\\n' | " + toy::test::shell_quote(TOY_BIN) + " run -m " +
+                                          kStories + " -p '' -n 4 --temp 0 --interactive-first --json");
+    ASSERT_EQ(first.code, 0) << first.err;
+    EXPECT_EQ(nlohmann::json::parse(first.out)["tokens"].size(), 4u);
+    expect_one_line_error(run_toy("run -m " + kStories + " --tokens 1,2 -i"), "interactive");
 }

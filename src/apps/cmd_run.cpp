@@ -28,6 +28,11 @@ struct RunOptions {
     bool special = false;
     bool ignore_eos = false;
     bool no_bos = false;
+    int n_probs = 0;                        // top alternatives per generated token (--json)
+    std::vector<std::string> reverse;       // -r: stop (or, with -i, hand over) when this text appears
+    bool context_shift = false;             // a full context drops half of what follows --keep
+    int n_keep = 0;                         // tokens kept at the start on a shift (-1: the whole prompt)
+    bool interactive = false, interactive_first = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -55,9 +60,9 @@ int run_generate(const RunOptions &o) {
 
     Session session(*model, o.model.session_options());
     print_notes(session);
-    const int64_t room = session.n_ctx() - (int64_t)prompt.size();
-    if (room < 0) fail("the prompt has {} tokens but the context holds {} (raise -c)", prompt.size(), session.n_ctx());
-    const int64_t n_gen = o.n_predict < 0 ? room : std::min<int64_t>(o.n_predict, room);
+    const int64_t n_ctx = session.n_ctx();
+    if ((int64_t)prompt.size() > n_ctx) fail("the prompt has {} tokens but the context holds {} (raise -c)", prompt.size(), n_ctx);
+    if ((o.interactive || o.interactive_first) && !vocab) fail("-i: interactive mode needs text, not --tokens");
 
     text::Sampler sampler(o.sampling);
     for (int32_t t : prompt) sampler.accept(t);
@@ -76,28 +81,92 @@ int run_generate(const RunOptions &o) {
         show(echo.flush());
     }
 
+    // What the cache holds, in order. A context shift keeps the first n_keep
+    // tokens and the newer half of the rest, and evaluates them again.
+    std::vector<int32_t> history;
+    int shifts = 0;
+    const size_t n_keep = o.n_keep < 0 ? prompt.size() : std::min<size_t>((size_t)o.n_keep, prompt.size());
+    auto eval = [&](std::span<const int32_t> toks) {
+        if (history.size() + toks.size() > (size_t)n_ctx) {
+            if (!o.context_shift) return false;
+            const size_t drop = (history.size() - n_keep) / 2;
+            std::vector<int32_t> kept(history.begin(), history.begin() + (long)n_keep);
+            kept.insert(kept.end(), history.begin() + (long)(n_keep + drop), history.end());
+            if (kept.size() + toks.size() > (size_t)n_ctx) fail("--keep {}: the context is still full after a shift", o.n_keep);
+            session.reset();
+            session.eval(kept);
+            history = std::move(kept);
+            ++shifts;
+        }
+        session.eval(toks);
+        history.insert(history.end(), toks.begin(), toks.end());
+        return true;
+    };
+
     const auto t_prompt = Clock::now();
-    session.eval(prompt);
+    eval(prompt);
     const double prompt_ms = ms_since(t_prompt);
 
-    text::Generation gen(vocab.get(), sampler, {n_gen, o.ignore_eos, {}}, o.special);
-    const auto t_gen = Clock::now();
+    // The user's line (Enter included), for -i; false at the end of input.
+    auto read_user = [&](std::vector<int32_t> &toks) {
+        std::string line;
+        if (!std::getline(std::cin, line)) return false;
+        line += '\n';
+        all_text += line;
+        toks = vocab->tokenize(o.input.no_escape ? line : process_escapes(line), /*add_special=*/false, o.special);
+        return true;
+    };
+
+    std::vector<int32_t> generated;
+    std::vector<text::TokenLogprob> probs;
+    bool context_full = false;
+    text::StopReason last_reason = text::StopReason::None;
+    double gen_ms = 0;
+    bool waiting = o.interactive_first;
     for (;;) {
-        const text::Step st = gen.next({session.last_logits(), (size_t)session.n_vocab()});
-        if (st.token >= 0 && as_ids && !o.json) {
-            std::printf(gen.tokens().size() > 1 ? " %d" : "%d", st.token);
-            std::fflush(stdout);
+        if (waiting) {
+            std::vector<int32_t> user;
+            if (!read_user(user)) break;
+            for (int32_t t : user) sampler.accept(t);
+            if (!user.empty() && !eval(user)) {
+                context_full = true;
+                break;
+            }
         }
-        show(st.text);
-        if (st.done) break;
-        session.eval(std::span<const int32_t>(&st.token, 1));
+        text::GenerationLimits limits{o.n_predict, o.ignore_eos, o.reverse, /*show_stop=*/true};
+        text::Generation gen(vocab.get(), sampler, limits, o.special);
+        const auto t_gen = Clock::now();
+        int32_t unevaluated = -1;
+        for (;;) {
+            const std::span<const float> logits(session.last_logits(), (size_t)session.n_vocab());
+            const text::Step st = gen.next(logits);
+            if (st.token >= 0 && o.n_probs > 0) probs.push_back(text::logprob_of(logits, st.token, o.n_probs));
+            if (st.token >= 0 && as_ids && !o.json) {
+                std::printf(generated.size() + gen.tokens().size() > 1 ? " %d" : "%d", st.token);
+                std::fflush(stdout);
+            }
+            show(st.text);
+            if (st.done) {
+                unevaluated = st.token;
+                break;
+            }
+            if (!eval(std::span<const int32_t>(&st.token, 1))) {
+                context_full = true;
+                break;
+            }
+        }
+        gen_ms += ms_since(t_gen);
+        show(gen.flush());
+        generated.insert(generated.end(), gen.tokens().begin(), gen.tokens().end());
+        last_reason = gen.reason();
+        if (!(o.interactive || o.interactive_first) || context_full) break;
+        // the user goes on from here: the last token shown must be in the cache
+        if (unevaluated >= 0 && !eval(std::span<const int32_t>(&unevaluated, 1))) {
+            context_full = true;
+            break;
+        }
+        waiting = true;
     }
-    const double gen_ms = ms_since(t_gen);
-    show(gen.flush());
-    const std::vector<int32_t> &generated = gen.tokens();
-    // stopped by the context, not by -n or the end of the text: say so
-    const bool context_full = (int64_t)generated.size() == room && (o.n_predict < 0 || o.n_predict > room) &&
-                              (generated.empty() || o.ignore_eos || !vocab || !vocab->is_eog(generated.back()));
     const double pp_tps = prompt.size() / (prompt_ms / 1000.0);
     const double tg_tps = generated.empty() ? 0.0 : generated.size() / (gen_ms / 1000.0);
     if (o.json) {
@@ -106,7 +175,22 @@ int run_generate(const RunOptions &o) {
         j["prompt_tokens"] = prompt;
         j["tokens"] = generated;
         j["seed"] = sampler.seed();
-        j["stop"] = context_full ? "context" : (int64_t)generated.size() == n_gen ? "length" : "eos";
+        j["stop"] = context_full                                      ? "context"
+                    : last_reason == text::StopReason::Length           ? "length"
+                    : last_reason == text::StopReason::StopString       ? "reverse_prompt"
+                    : last_reason == text::StopReason::EndOfGeneration ? "eos"
+                                                                        : "input";
+        if (shifts > 0) j["context_shifts"] = shifts;
+        if (o.n_probs > 0) {
+            auto piece = [&](int32_t id) { return vocab ? vocab->token_to_piece(id, o.special) : std::string(); };
+            nlohmann::json pj = nlohmann::json::array();
+            for (const text::TokenLogprob &lp : probs) {
+                nlohmann::json top = nlohmann::json::array();
+                for (auto [id, l] : lp.top) top.push_back({{"id", id}, {"piece", piece(id)}, {"logprob", l}});
+                pj.push_back({{"id", lp.id}, {"piece", piece(lp.id)}, {"logprob", lp.logprob}, {"top", top}});
+            }
+            j["probs"] = pj;
+        }
         j["timings"] = {{"load_ms", load_ms},           {"prompt_n", prompt.size()},
                         {"prompt_ms", prompt_ms},       {"prompt_per_second", pp_tps},
                         {"predicted_n", generated.size()}, {"predicted_ms", gen_ms},
@@ -117,9 +201,12 @@ int run_generate(const RunOptions &o) {
         std::printf("\n");
         std::fflush(stdout);  // the text ends before the timing line starts
         if (context_full) {
-            std::fprintf(stderr, "toy: the context is full (%lld tokens): generation stopped after %zu tokens (raise -c)\n",
-                         (long long)session.n_ctx(), generated.size());
+            std::fprintf(stderr,
+                         "toy: the context is full (%lld tokens): generation stopped after %zu tokens (raise -c, or "
+                         "--context-shift)\n",
+                         (long long)n_ctx, generated.size());
         }
+        if (shifts > 0) std::fprintf(stderr, "toy: the context was shifted %d times (--keep %zu)\n", shifts, n_keep);
         std::fprintf(stderr, "toy: load %.0f ms | prompt %zu tokens, %.1f t/s | generation %zu tokens, %.1f t/s\n",
                      load_ms, prompt.size(), pp_tps, generated.size(), tg_tps);
     }
@@ -194,6 +281,14 @@ Command reg("run", "Generate text (or token ids) from a prompt", [](CLI::App &ap
     app.add_flag("--special", o->special, "parse and print special tokens (e.g. <|im_start|>)");
     app.add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-text tokens");
     app.add_flag("--no-bos", o->no_bos, "do not add the BOS token the model asks for");
+    app.add_option("--n-probs", o->n_probs, "with --json: each generated token's log-probability and this many alternatives");
+    app.add_option("-r,--reverse-prompt", o->reverse,
+                   "stop when this text appears (shown; with -i, your turn); repeatable");
+    app.add_flag("--context-shift", o->context_shift,
+                 "when the context is full, drop the older half of what follows --keep and go on");
+    app.add_option("--keep", o->n_keep, "prompt tokens kept at the start on a context shift (-1: all)");
+    app.add_flag("-i,--interactive", o->interactive, "after each generation, read a line and go on from it");
+    app.add_flag("--interactive-first", o->interactive_first, "read a line before generating (implies -i)");
     app.add_flag("--no-conversation")->description("toy run never converses (toy chat does); accepted for llama.cpp's -no-cnv");
     return [o] { return run_generate(*o); };
 });

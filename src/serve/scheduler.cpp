@@ -53,24 +53,6 @@ size_t common_prefix(const std::vector<int32_t> &cached, const std::vector<int32
     return (size_t)(std::mismatch(cached.begin(), cached.begin() + (long)n, prompt.begin()).first - cached.begin());
 }
 
-TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int n_top) {
-    float mx = -INFINITY;
-    for (float x : logits) mx = std::max(mx, x);
-    double sum = 0;
-    for (float x : logits) sum += std::exp((double)(x - mx));
-    const float lse = mx + (float)std::log(sum);
-    TokenLogprob lp;
-    lp.id = token;
-    lp.logprob = logits[(size_t)token] - lse;
-    std::vector<int32_t> ids(logits.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)i;
-    const size_t k = std::min<size_t>((size_t)n_top, ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + (long)k, ids.end(),
-                      [&](int32_t a, int32_t b) { return logits[(size_t)a] > logits[(size_t)b]; });
-    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], logits[(size_t)ids[i]] - lse);
-    return lp;
-}
-
 }  // namespace
 
 // One sequence of the shared cache: the request it serves, if any, and the
@@ -321,7 +303,7 @@ bool Scheduler::step() {
         Slot &s = *row_slot[r];
         const std::span<const float> row{session_.logits().data() + r * V, (size_t)V};
         const text::Step st = s.gen->next(row);
-        if (st.token >= 0 && s.req.n_logprobs >= 0) s.logprobs.push_back(logprob_of(row, st.token, s.req.n_logprobs));
+        if (st.token >= 0 && s.req.n_logprobs >= 0) s.logprobs.push_back(text::logprob_of(row, st.token, s.req.n_logprobs));
         if (!st.text.empty()) {
             Event piece;
             piece.text = st.text;

@@ -35,13 +35,7 @@ struct Request {
     int n_logprobs = -1;          // >= 0: each generated token's log-probability and this many top alternatives
 };
 
-// A generated token's log-probability under the model (log-softmax of its
-// logits, before sampling's transformations) and the most likely tokens there.
-struct TokenLogprob {
-    int32_t id = -1;
-    float logprob = 0.0f;
-    std::vector<std::pair<int32_t, float>> top;  // most likely first
-};
+using text::TokenLogprob;
 
 // What a request produces, in order: text pieces, then one last event.
 struct Event {

@@ -1,6 +1,7 @@
 #include "text/generation.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace toy::text {
 
@@ -35,10 +36,13 @@ Step Generation::next(std::span<const float> logits) {
     if (detok_) {
         pending_ += detok_->push(token);
         // the earliest stop string in the text not yet shown ends it there
-        size_t cut = std::string::npos;
-        for (const std::string &s : limits_.stop) cut = std::min(cut, pending_.find(s));
+        size_t cut = std::string::npos, len = 0;
+        for (const std::string &s : limits_.stop) {
+            const size_t at = pending_.find(s);
+            if (at < cut) cut = at, len = s.size();
+        }
         if (cut != std::string::npos) {
-            st.text = pending_.substr(0, cut);
+            st.text = pending_.substr(0, limits_.show_stop ? cut + len : cut);
             pending_.clear();
             reason_ = StopReason::StopString;
             st.done = true;
@@ -51,6 +55,24 @@ Step Generation::next(std::span<const float> logits) {
         st.done = true;
     }
     return st;
+}
+
+TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int n_top) {
+    float mx = -INFINITY;
+    for (float x : logits) mx = std::max(mx, x);
+    double sum = 0;
+    for (float x : logits) sum += std::exp((double)(x - mx));
+    const float lse = mx + (float)std::log(sum);
+    TokenLogprob lp;
+    lp.id = token;
+    lp.logprob = logits[(size_t)token] - lse;
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)i;
+    const size_t k = std::min<size_t>((size_t)std::max(n_top, 0), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + (long)k, ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[(size_t)a] > logits[(size_t)b]; });
+    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], logits[(size_t)ids[i]] - lse);
+    return lp;
 }
 
 std::string Generation::release() {

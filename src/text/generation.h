@@ -10,6 +10,7 @@
 #include "text/vocab.h"
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,7 +24,17 @@ struct GenerationLimits {
     int64_t max_tokens = -1;          // < 0: no limit
     bool ignore_eos = false;          // end-of-generation tokens are generated like any other
     std::vector<std::string> stop;    // text that ends generation; it is not part of the output
+    bool show_stop = false;           // ... unless this is set (llama.cpp's reverse prompts are shown)
 };
+
+// A generated token's log-probability under the model (log-softmax of its
+// logits, before sampling's transformations) and the n_top most likely tokens there.
+struct TokenLogprob {
+    int32_t id = -1;
+    float logprob = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int n_top);
 
 struct Step {
     int32_t token = -1;  // the token chosen, -1 when none (end of generation, or the limit was already reached)
