@@ -106,3 +106,17 @@ TEST(Inspect, NonGgufFileIsOneLineError) {
 }
 
 }  // namespace
+
+TEST(Inspect, SummaryByLayerAndTensorsOnRequest) {
+    const std::string m = toy::test::shared_path("models/stories260K.gguf");
+    const auto summary = toy::test::run_toy("inspect " + m);
+    ASSERT_EQ(summary.code, 0) << summary.err;
+    EXPECT_NE(summary.out.find("by layer"), std::string::npos) << summary.out;
+    EXPECT_NE(summary.out.find("  blk.0 "), std::string::npos) << summary.out;
+    EXPECT_NE(summary.out.find("totals by type"), std::string::npos);
+    EXPECT_EQ(summary.out.find("blk.0.attn_q.weight"), std::string::npos);
+    const auto all = toy::test::run_toy("inspect " + m + " --tensors");
+    ASSERT_EQ(all.code, 0) << all.err;
+    EXPECT_NE(all.out.find("blk.0.attn_q.weight"), std::string::npos);
+    EXPECT_EQ(all.out.find("by layer"), std::string::npos);
+}

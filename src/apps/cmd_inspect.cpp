@@ -29,6 +29,7 @@ struct Options {
     std::string path;
     std::string diff;  // the other file of --diff
     bool json = false;
+    bool tensors = false;  // --tensors: the full list
 };
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
@@ -229,7 +230,31 @@ void print_kv_block(const std::vector<const toy::gguf::KeyValue *> &kvs, const s
     for (auto *kv : kvs) fmt::print("  {:<{}}  {}\n", strip(kv->key, prefix), w, value_text(kv->value));
 }
 
-int run_text(const File &f, const Summary &s) {
+// Bytes per layer (blk.N.*) and of each tensor outside the layers.
+void print_by_layer(const File &f) {
+    std::map<int, std::pair<size_t, uint64_t>> layers;  // layer -> tensors, bytes
+    std::vector<const toy::gguf::TensorInfo *> others;
+    for (const auto &t : f.tensors()) {
+        int layer = -1;
+        if (t.name.rfind("blk.", 0) == 0) layer = std::atoi(t.name.c_str() + 4);
+        if (layer >= 0) {
+            layers[layer].first++;
+            layers[layer].second += t.nbytes;
+        } else {
+            others.push_back(&t);
+        }
+    }
+    fmt::print("\ntensors ({}) by layer (--tensors lists each one):\n", f.tensors().size());
+    for (const auto *t : others) {
+        fmt::print("  {:<24}  {:<7}  {:>10} bytes ({})\n", t->name, ggml_type_name(t->type), t->nbytes, human_bytes(t->nbytes));
+    }
+    for (const auto &[layer, cb] : layers) {
+        fmt::print("  {:<24}  {:>3} tensors  {:>10} bytes ({})\n", fmt::format("blk.{}", layer), cb.first, cb.second,
+                   human_bytes(cb.second));
+    }
+}
+
+int run_text(const File &f, const Summary &s, bool list_tensors) {
     fmt::print("file:          {}\n", f.path());
     fmt::print("format:        GGUF v{}, {} bytes ({}), alignment {}, data at byte {}\n", f.version(), f.file_size(),
                human_bytes(f.file_size()), f.alignment(), f.data_offset());
@@ -275,16 +300,20 @@ int run_text(const File &f, const Summary &s) {
         print_kv_block(s.other, "");
     }
 
-    fmt::print("\ntensors ({}):\n", f.tensors().size());
-    size_t wn = 4, ws = 5;
-    for (const auto &t : f.tensors()) {
-        wn = std::max(wn, t.name.size());
-        ws = std::max(ws, t.shape_string().size());
-    }
-    if (!f.tensors().empty()) fmt::print("  {:<{}}  {:<7}  {:<{}}  {:>12}\n", "name", wn, "type", "shape", ws, "bytes");
-    for (const auto &t : f.tensors()) {
-        fmt::print("  {:<{}}  {:<7}  {:<{}}  {:>12}\n", t.name, wn, ggml_type_name(t.type), t.shape_string(), ws,
-                   t.nbytes);
+    if (!list_tensors) {
+        print_by_layer(f);
+    } else {
+        fmt::print("\ntensors ({}):\n", f.tensors().size());
+        size_t wn = 4, ws = 5;
+        for (const auto &t : f.tensors()) {
+            wn = std::max(wn, t.name.size());
+            ws = std::max(ws, t.shape_string().size());
+        }
+        if (!f.tensors().empty()) fmt::print("  {:<{}}  {:<7}  {:<{}}  {:>12}\n", "name", wn, "type", "shape", ws, "bytes");
+        for (const auto &t : f.tensors()) {
+            fmt::print("  {:<{}}  {:<7}  {:<{}}  {:>12}\n", t.name, wn, ggml_type_name(t.type), t.shape_string(), ws,
+                       t.nbytes);
+        }
     }
     if (!s.by_type.empty()) {
         fmt::print("\ntotals by type:\n");
@@ -352,13 +381,14 @@ int run_inspect(const Options &opts) {
     auto f = File::open(opts.path);
     if (!opts.diff.empty()) return run_diff(*f, *File::open(opts.diff), opts.json);
     Summary s = summarize(*f);
-    return opts.json ? run_json(*f, s) : run_text(*f, s);
+    return opts.json ? run_json(*f, s) : run_text(*f, s, opts.tensors);
 }
 
 toy::cli::Command reg("inspect", "Describe a GGUF file: metadata, tokenizer, tensors", [](CLI::App &app) {
     auto opts = std::make_shared<Options>();
     app.add_option("file", opts->path, "GGUF file")->required();
     app.add_flag("--json", opts->json, "Print one JSON object instead of text");
+    app.add_flag("--tensors", opts->tensors, "List every tensor (name, type, shape, bytes) instead of bytes by layer");
     app.add_option("--diff", opts->diff,
                    "Compare the tensors shared by name with this file: largest |a-b| and |a-b|/|b| per tensor");
     return [opts] { return run_inspect(*opts); };

@@ -1,6 +1,7 @@
 // toy: command-line entry point. Subcommands register themselves (cli.h).
 #include "apps/cli.h"
 #include "core/error.h"
+#include "core/progress.h"
 
 #include <algorithm>
 #include <cctype>
@@ -105,6 +106,8 @@ int main(int argc, char **argv) {
     app.name("toy");
     app.require_subcommand(1);
     app.option_defaults()->always_capture_default();  // --help shows each option's default
+    bool quiet = false;
+    app.add_flag("-q,--quiet", quiet, "no progress bars on long work (loading, writing models)");
     app.set_version_flag("--version", "toy 0.1.0 (ggml 0.25.1 from node-llama-cpp 3.22.1)");
 
     auto &commands = toy::cli::registry();
@@ -112,6 +115,7 @@ int main(int argc, char **argv) {
     std::map<CLI::App *, toy::cli::Handler> handlers;
     for (auto &c : commands) {
         CLI::App *sub = app.add_subcommand(c.name, c.description);
+        sub->fallthrough();  // --quiet after the command name
         handlers[sub] = c.setup(*sub);
     }
     try {
@@ -129,6 +133,7 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "toy: error: %s (see --help)\n", what.c_str());
         return 1;
     }
+    toy::Progress::set_quiet(quiet);
     try {
         for (auto &[sub, handler] : handlers) {
             if (sub->parsed()) return handler();

@@ -6,6 +6,7 @@
 #include "gguf/gguf_writer.h"
 
 #include "core/atomic_file.h"
+#include "core/progress.h"
 
 #include <cstring>
 
@@ -169,6 +170,9 @@ void Writer::write(const std::string &path) const {
     tmp.write(h.bytes.data(), h.bytes.size());
     if (!tensors_.empty()) tmp.pad_to(alignment_);
     std::vector<uint8_t> buf;
+    uint64_t total = 0;
+    for (const auto &p : tensors_) total += p.info.nbytes;
+    Progress progress("writing " + path, total);
     for (const auto &p : tensors_) {
         try {
             buf.assign(p.info.nbytes, 0);
@@ -182,6 +186,7 @@ void Writer::write(const std::string &path) const {
         }
         tmp.write(buf.data(), p.info.nbytes);
         tmp.pad_to(alignment_);
+        progress.add(p.info.nbytes);
     }
     tmp.commit();
 }

@@ -2,6 +2,7 @@
 
 #include "core/ggml_log.h"
 #include "core/memory.h"
+#include "core/progress.h"
 #include "graph/packed_matmul.h"
 
 #include <ggml-cpu.h>
@@ -403,6 +404,9 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     }
     std::stable_sort(to_fill.begin(), to_fill.end(),
                      [](const Plan *a, const Plan *b) { return ggml_nbytes(a->t) > ggml_nbytes(b->t); });
+    uint64_t fill_bytes = 0;
+    for (const Plan *pp : to_fill) fill_bytes += ggml_nbytes(pp->t);
+    Progress progress("loading " + std::filesystem::path(f.path()).filename().string(), fill_bytes);
     for (const Plan *pp : to_fill) {
         const Plan &p = *pp;
         if (p.packed) {
@@ -417,6 +421,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             ggml_backend_tensor_set(p.t, bytes.data(), 0, bytes.size());
         }
         for (size_t i = 0; i < p.e->src.parts.size(); ++i) f.release(p.e->src.parts[i], p.e->src.part_bytes[i]);
+        progress.add(ggml_nbytes(p.t));
     }
     return m;
 }
