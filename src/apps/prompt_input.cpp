@@ -101,6 +101,7 @@ void PromptFlags::add_to(CLI::App &app, bool with_tokens) {
     file_opt = app.add_option("-f,--file", file, "read the prompt from a file (-: standard input)");
     if (with_tokens) tokens_opt = app.add_option("--tokens", tokens, "prompt as token ids: 1,2,3 or [1, 2, 3]");
     app.add_flag("--no-escape", no_escape, "take \\n, \\t, \\xHH ... in the prompt literally (default: processed)");
+    app.add_flag("-e,--escape")->description("process \\n, \\t, \\xHH ... in the prompt (the default; llama.cpp's -e)");
 }
 
 void PromptFlags::check_one() const {
