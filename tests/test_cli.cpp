@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <set>
 #include <string>
 
 namespace {
@@ -249,7 +250,9 @@ TEST(Cli, SamplerFlagsAsLlamaCpp) {
     const std::string base = "run -m " + kStories + " -p Once -n 6 -s 3 --json ";
     for (const char *flags : {"--typical 0.5", "--top-nsigma 1.5", "--xtc-probability 0.5 --xtc-threshold 0.1",
                               "--mirostat 1", "--mirostat 2 --mirostat-lr 0.2 --mirostat-ent 4",
-                              "--samplers 'top_k;temperature'", "--sampling-seq kt", "--min-keep 3 --top-p 0.1"}) {
+                              "--samplers 'top_k;temperature'", "--sampling-seq kt", "--min-keep 3 --top-p 0.1",
+                              "--dry-multiplier 0.8 --dry-base 1.75 --dry-allowed-length 2 --dry-penalty-last-n 64",
+                              "--dry-multiplier 0.8 --dry-sequence-breaker none", "--sampling-seq edkt --dry-multiplier 1"}) {
         Result r = run_toy(base + flags);
         EXPECT_EQ(r.code, 0) << flags << ": " << r.err;
         EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 6u) << flags;
@@ -303,4 +306,19 @@ TEST(Cli, ReversePromptsNProbsContextShiftAndInteractive) {
     ASSERT_EQ(first.code, 0) << first.err;
     EXPECT_EQ(nlohmann::json::parse(first.out)["tokens"].size(), 4u);
     expect_one_line_error(run_toy("run -m " + kStories + " --tokens 1,2 -i"), "interactive");
+}
+
+TEST(Cli, DryCutsRepetitionInGreedyText) {
+    auto repeats = [](const std::string &flags) {
+        Result r = run_toy("run -m " + kStories + " -p 'Once upon a time' -n 300 --temp 0 --ignore-eos --json " + flags);
+        EXPECT_EQ(r.code, 0) << r.err;
+        const std::vector<int> t = nlohmann::json::parse(r.out)["tokens"];
+        std::set<std::vector<int>> seen;
+        int n = 0;
+        for (size_t i = 0; i + 4 <= t.size(); ++i) n += !seen.insert(std::vector<int>(t.begin() + (long)i, t.begin() + (long)i + 4)).second;
+        return n;
+    };
+    const int plain = repeats(""), dry = repeats("--dry-multiplier 2");
+    EXPECT_GT(plain, 20);  // the tiny model loops at temperature 0
+    EXPECT_LT(dry, plain / 4);
 }

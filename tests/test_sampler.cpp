@@ -252,7 +252,7 @@ TEST(Sampler, OrderIsConfigurableAndParsedAsLlamaCpp) {
     using toy::text::Stage;
     EXPECT_EQ(parse_stages("ekypmxt"), parse_stages("penalties;top_k;typ_p;top_p;min_p;xtc;temperature"));
     EXPECT_EQ(parse_stages("top-k;temp"), (std::vector<Stage>{Stage::TopK, Stage::Temperature}));
-    EXPECT_EQ(toy::text::stage_names(SamplerParams{}.order), "penalties;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature");
+    EXPECT_EQ(toy::text::stage_names(SamplerParams{}.order), "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature");
     EXPECT_THROW(parse_stages("top_k;nope"), toy::Error);
     // min-p before or after a hot temperature keeps different sets
     const std::vector<float> l = logs({0.6f, 0.25f, 0.1f, 0.05f});
@@ -262,4 +262,37 @@ TEST(Sampler, OrderIsConfigurableAndParsedAsLlamaCpp) {
     EXPECT_EQ(kept_after(p, l), (std::set<int>{0, 1}));
     p.order = parse_stages("temperature;min_p");
     EXPECT_EQ(kept_after(p, l), (std::set<int>{0, 1, 2, 3}));
+}
+
+TEST(Sampler, DryPenalizesTheTokenThatWouldRepeatASequence) {
+    // history 1 2 3 4 1 2 3: token 4 would repeat "1 2 3 4" (a repeat of 3 so far)
+    auto logits_after = [](SamplerParams p, std::vector<int32_t> history) {
+        Sampler s(p);
+        for (int32_t t : history) s.accept(t);
+        s.sample(std::vector<float>(8, 0.0f));
+        std::vector<float> by_id(8, 0.0f);
+        for (const auto &c : s.last_candidates()) by_id[c.id] = c.logit;
+        return by_id;
+    };
+    SamplerParams p = only(1.0f);
+    p.dry_multiplier = 1.0f;
+    p.dry_base = 1.75f;
+    p.dry_allowed_length = 2;
+    auto l = logits_after(p, {1, 2, 3, 4, 1, 2, 3});
+    EXPECT_FLOAT_EQ(l[4], -1.75f);  // 1 x 1.75^(3 - 2)
+    for (int t : {0, 1, 2, 3, 5, 6, 7}) EXPECT_EQ(l[t], 0.0f) << t;
+    p.dry_allowed_length = 3;
+    EXPECT_FLOAT_EQ(logits_after(p, {1, 2, 3, 4, 1, 2, 3})[4], -1.0f);
+    p.dry_allowed_length = 4;  // a repeat of 3 is allowed
+    EXPECT_EQ(logits_after(p, {1, 2, 3, 4, 1, 2, 3})[4], 0.0f);
+    // a breaker token inside the repeat cuts it short: "3" alone is below the allowed length
+    p.dry_allowed_length = 2;
+    p.dry_breakers = {2};
+    EXPECT_EQ(logits_after(p, {1, 2, 3, 4, 1, 2, 3})[4], 0.0f);
+    // a window too short to see the first occurrence finds nothing
+    p.dry_breakers.clear();
+    p.dry_penalty_last_n = 4;
+    EXPECT_EQ(logits_after(p, {1, 2, 3, 4, 1, 2, 3})[4], 0.0f);
+    // off by default
+    EXPECT_EQ(logits_after(only(1.0f), {1, 2, 3, 4, 1, 2, 3})[4], 0.0f);
 }

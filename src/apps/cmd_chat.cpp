@@ -135,7 +135,7 @@ int run_chat(const ChatOptions &o) {
 
     Session session(*model, o.model.session_options());
     print_notes(session);
-    text::Sampler sampler(o.sampling);
+    text::Sampler sampler(text::with_dry_breakers(o.sampling, vocab));
     text::Conversation chat(tmpl, o.system_prompt);
     // the cache's size, or fewer where a model has only so many learned positions
     int64_t n_ctx = session.n_ctx();

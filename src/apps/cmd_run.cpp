@@ -64,7 +64,7 @@ int run_generate(const RunOptions &o) {
     if ((int64_t)prompt.size() > n_ctx) fail("the prompt has {} tokens but the context holds {} (raise -c)", prompt.size(), n_ctx);
     if ((o.interactive || o.interactive_first) && !vocab) fail("-i: interactive mode needs text, not --tokens");
 
-    text::Sampler sampler(o.sampling);
+    text::Sampler sampler(vocab ? text::with_dry_breakers(o.sampling, *vocab) : o.sampling);
     for (int32_t t : prompt) sampler.accept(t);
     std::string all_text;
     auto show = [&](const std::string &piece) {
@@ -229,6 +229,18 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
     app.add_option("--xtc-probability", s.xtc_probability, "chance of removing the most likely tokens (XTC; 0: off)");
     app.add_option("--xtc-threshold", s.xtc_threshold, "XTC removes the tokens at least this likely but the last (> 0.5: off)");
     app.add_option("--min-keep", s.min_keep, "top-p, typical, min-p and XTC keep at least this many tokens (0: 1)");
+    app.add_option("--dry-multiplier", s.dry_multiplier, "DRY repetition penalty strength (0: off)");
+    app.add_option("--dry-base", s.dry_base, "DRY: the penalty grows by this factor per repeated token");
+    app.add_option("--dry-allowed-length", s.dry_allowed_length, "DRY: repeats up to this long are free");
+    app.add_option("--dry-penalty-last-n", s.dry_penalty_last_n, "DRY: tokens scanned for repeats (-1: all, 0: off)");
+    app.add_option_function<std::vector<std::string>>(
+        "--dry-sequence-breaker",
+        [&s](const std::vector<std::string> &v) {
+            s.dry_sequence_breakers.clear();
+            for (const std::string &b : v)
+                if (b != "none") s.dry_sequence_breakers.push_back(b);
+        },
+        "DRY: text a repeat does not run across (repeatable; replaces \\n : \" *; none: no breakers)");
     app.add_option("--mirostat", s.mirostat, "mirostat sampling instead of the stages: 0 off, 1 v1, 2 v2")
         ->check(CLI::Range(0, 2));
     app.add_option("--mirostat-lr", s.mirostat_eta, "mirostat learning rate (eta)");

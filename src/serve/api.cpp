@@ -106,6 +106,18 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
     p.xtc_probability = field<float>(b, "xtc_probability", 0.0f, "a number");
     p.xtc_threshold = field<float>(b, "xtc_threshold", 0.1f, "a number");
     p.min_keep = field<int32_t>(b, "min_keep", 0, "an integer");
+    p.dry_multiplier = field<float>(b, "dry_multiplier", 0.0f, "a number");
+    p.dry_base = field<float>(b, "dry_base", 1.75f, "a number");
+    p.dry_allowed_length = field<int32_t>(b, "dry_allowed_length", 2, "an integer");
+    p.dry_penalty_last_n = field<int32_t>(b, "dry_penalty_last_n", -1, "an integer");
+    if (auto it = b.find("dry_sequence_breakers"); it != b.end() && !it->is_null()) {
+        if (!it->is_array()) throw ApiError{400, "'dry_sequence_breakers' must be an array of strings"};
+        p.dry_sequence_breakers.clear();
+        for (const json &s : *it) {
+            if (!s.is_string()) throw ApiError{400, "'dry_sequence_breakers' must be an array of strings"};
+            p.dry_sequence_breakers.push_back(s.get<std::string>());
+        }
+    }
     p.mirostat = field<int>(b, "mirostat", 0, "0, 1 or 2");
     if (p.mirostat < 0 || p.mirostat > 2) throw ApiError{400, fmt::format("'mirostat' must be 0, 1 or 2, found {}", p.mirostat)};
     p.mirostat_tau = field<float>(b, "mirostat_tau", 5.0f, "a number");

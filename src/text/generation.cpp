@@ -75,6 +75,21 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int n_top)
     return lp;
 }
 
+SamplerParams with_dry_breakers(SamplerParams p, const Vocab &vocab) {
+    p.dry_breakers.clear();
+    if (p.dry_multiplier == 0.0f || p.dry_sequence_breakers.empty()) return p;
+    for (int32_t id = 0; id < vocab.n_tokens(); ++id) {
+        const std::string piece = vocab.token_to_piece(id, false);
+        for (const std::string &b : p.dry_sequence_breakers) {
+            if (!b.empty() && piece.find(b) != std::string::npos) {
+                p.dry_breakers.push_back(id);
+                break;
+            }
+        }
+    }
+    return p;
+}
+
 std::string Generation::release() {
     // hold back the longest tail of pending_ that is a proper prefix of a stop string
     size_t hold = 0;

@@ -36,6 +36,10 @@ struct TokenLogprob {
 };
 TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int n_top);
 
+// The parameters with DRY's breaker tokens found: every token whose text
+// holds one of the sequence-breaker strings (nothing to do when DRY is off).
+SamplerParams with_dry_breakers(SamplerParams p, const Vocab &vocab);
+
 struct Step {
     int32_t token = -1;  // the token chosen, -1 when none (end of generation, or the limit was already reached)
     std::string text;    // text that became safe to show with it (may be empty)

@@ -17,7 +17,7 @@ struct StageName {
 };
 // llama.cpp's names (and the aliases its --samplers takes) and letters
 constexpr StageName kStages[] = {
-    {"penalties", 'e', Stage::Penalties}, {"top_n_sigma", 's', Stage::TopNSigma}, {"top_k", 'k', Stage::TopK},
+    {"penalties", 'e', Stage::Penalties}, {"dry", 'd', Stage::Dry}, {"top_n_sigma", 's', Stage::TopNSigma}, {"top_k", 'k', Stage::TopK},
     {"typ_p", 'y', Stage::Typical},       {"typical_p", 'y', Stage::Typical},      {"typical", 'y', Stage::Typical},
     {"top_p", 'p', Stage::TopP},          {"nucleus", 'p', Stage::TopP},           {"min_p", 'm', Stage::MinP},
     {"xtc", 'x', Stage::Xtc},             {"temperature", 't', Stage::Temperature}, {"temp", 't', Stage::Temperature},
@@ -28,7 +28,7 @@ constexpr StageName kStages[] = {
 std::vector<Stage> parse_stages(const std::string &text) {
     std::vector<Stage> out;
     const bool letters = text.find(';') == std::string::npos && text.find('_') == std::string::npos &&
-                         std::all_of(text.begin(), text.end(), [](char c) { return std::string("eskypmxt").find(c) != std::string::npos; });
+                         std::all_of(text.begin(), text.end(), [](char c) { return std::string("edskypmxt").find(c) != std::string::npos; });
     if (letters && !text.empty()) {
         for (char c : text) {
             for (const StageName &s : kStages) {
@@ -84,7 +84,8 @@ void Sampler::reset() {
 
 void Sampler::accept(int32_t token) {
     history_.push_back(token);
-    const size_t keep = p_.penalty_last_n < 0 ? SIZE_MAX : (size_t)std::max(p_.penalty_last_n, 0);
+    auto window = [](int32_t n) { return n < 0 ? SIZE_MAX : (size_t)n; };
+    const size_t keep = std::max(window(p_.penalty_last_n), p_.dry_multiplier != 0.0f ? window(p_.dry_penalty_last_n) : 0);
     while (history_.size() > keep) history_.pop_front();
 }
 
@@ -92,7 +93,8 @@ void Sampler::apply_penalties() {
     if (history_.empty() || p_.penalty_last_n == 0) return;
     if (p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f) return;
     std::unordered_map<int32_t, int> counts;
-    for (int32_t t : history_) counts[t]++;
+    const size_t n = p_.penalty_last_n < 0 ? history_.size() : std::min(history_.size(), (size_t)p_.penalty_last_n);
+    for (size_t i = history_.size() - n; i < history_.size(); ++i) counts[history_[i]]++;
     for (Candidate &c : cur_) {
         auto it = counts.find(c.id);
         if (it == counts.end()) continue;
@@ -202,6 +204,34 @@ void Sampler::xtc() {
     if (last > 0 && cur_.size() - last >= keep_at_least()) cur_.erase(cur_.begin(), cur_.begin() + (ptrdiff_t)last);
 }
 
+// DRY: for each earlier place where the text's latest tokens already
+// occurred (up to a breaker token), the token that followed there would
+// repeat them once more; it loses multiplier * base^(L - allowed) for the
+// longest such repeat L >= allowed.
+void Sampler::dry() {
+    if (p_.dry_multiplier == 0.0f || p_.dry_base < 1.0f || p_.dry_penalty_last_n == 0) return;
+    const size_t n = p_.dry_penalty_last_n < 0 ? history_.size() : std::min(history_.size(), (size_t)p_.dry_penalty_last_n);
+    if (n <= (size_t)std::max(p_.dry_allowed_length, 0)) return;
+    const size_t off = history_.size() - n;
+    auto at = [&](size_t i) { return history_[off + i]; };
+    auto breaks = [&](int32_t t) { return std::find(p_.dry_breakers.begin(), p_.dry_breakers.end(), t) != p_.dry_breakers.end(); };
+    std::unordered_map<int32_t, size_t> longest;  // candidate token -> longest repeat it would extend
+    for (size_t i = 0; i + 1 < n; ++i) {
+        // the tokens ending at i that equal the tokens ending at the last one
+        size_t len = 0;
+        while (len <= i && at(i - len) == at(n - 1 - len) && !breaks(at(i - len))) ++len;
+        if (len == 0) continue;
+        const int32_t next = at(i + 1);
+        size_t &best = longest[next];
+        best = std::max(best, len);
+    }
+    for (Candidate &c : cur_) {
+        auto it = longest.find(c.id);
+        if (it == longest.end() || it->second < (size_t)p_.dry_allowed_length) continue;
+        c.logit -= p_.dry_multiplier * std::pow(p_.dry_base, (float)(it->second - (size_t)p_.dry_allowed_length));
+    }
+}
+
 void Sampler::temperature() {
     if (p_.temp <= 0.0f) {
         // greedy: only the most likely token stays
@@ -268,6 +298,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
     for (Stage st : p_.order) {
         switch (st) {
             case Stage::Penalties: apply_penalties(); break;
+            case Stage::Dry: dry(); break;
             case Stage::TopNSigma: top_n_sigma(p_.top_n_sigma); break;
             case Stage::TopK: top_k(p_.top_k); break;
             case Stage::Typical: typical(p_.typical_p); break;

@@ -16,17 +16,17 @@
 
 namespace toy::text {
 
-enum class Stage { Penalties, TopNSigma, TopK, Typical, TopP, MinP, Xtc, Temperature };
+enum class Stage { Penalties, Dry, TopNSigma, TopK, Typical, TopP, MinP, Xtc, Temperature };
 
-// llama.cpp's --samplers names separated by ';' (penalties, top_n_sigma,
+// llama.cpp's --samplers names separated by ';' (penalties, dry, top_n_sigma,
 // top_k, typ_p, top_p, min_p, xtc, temperature; also typical, temp, ...) or
-// its --sampling-seq letters (e, s, k, y, p, m, x, t). Throws toy::Error.
+// its --sampling-seq letters (e, d, s, k, y, p, m, x, t). Throws toy::Error.
 std::vector<Stage> parse_stages(const std::string &text);
 std::string stage_names(const std::vector<Stage> &order);
 
 struct SamplerParams {
-    std::vector<Stage> order = {Stage::Penalties, Stage::TopNSigma, Stage::TopK, Stage::Typical,
-                                Stage::TopP,      Stage::MinP,      Stage::Xtc,  Stage::Temperature};
+    std::vector<Stage> order = {Stage::Penalties, Stage::Dry,  Stage::TopNSigma, Stage::TopK,       Stage::Typical,
+                                Stage::TopP,      Stage::MinP, Stage::Xtc,       Stage::Temperature};
     float temp = 0.8f;
     int32_t top_k = 40;           // <= 0: off
     float top_p = 0.95f;          // >= 1: off
@@ -40,6 +40,16 @@ struct SamplerParams {
     float xtc_probability = 0.0f; // 0: off; the chance of cutting the most likely tokens
     float xtc_threshold = 0.1f;   // > 0.5: off; tokens at least this likely are the ones cut (all but the least)
     int32_t min_keep = 0;         // top-p, typical, min-p and XTC keep at least this many (0: 1)
+    // DRY ("don't repeat yourself"): a token that would extend a repeat of
+    // length L >= allowed_length loses multiplier * base^(L - allowed_length).
+    float dry_multiplier = 0.0f;  // 0: off
+    float dry_base = 1.75f;
+    int32_t dry_allowed_length = 2;
+    int32_t dry_penalty_last_n = -1;  // tokens scanned for repeats (-1: all seen, 0: off)
+    // Tokens a repeat does not run across (the tokens whose text holds one of
+    // the breaker strings, "\n", ":", "\"", "*" by default; dry_breaker_ids()).
+    std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
+    std::vector<int32_t> dry_breakers;  // their tokens: filled by with_dry_breakers()
     int mirostat = 0;             // 1, 2: mirostat v1 / v2 instead of the stages
     float mirostat_tau = 5.0f;    // target surprise (bits)
     float mirostat_eta = 0.1f;    // its learning rate
@@ -79,6 +89,7 @@ private:
     void typical(float p);
     void top_n_sigma(float n);
     void xtc();
+    void dry();
     void temperature();
     int32_t mirostat(size_t n_vocab);
     int32_t draw();
@@ -88,7 +99,7 @@ private:
     SamplerParams p_;
     uint64_t seed_;
     std::mt19937_64 rng_;
-    std::deque<int32_t> history_;
+    std::deque<int32_t> history_;  // the longer of the penalties' and DRY's windows
     std::vector<Candidate> cur_;
     float mu_ = 0.0f;  // mirostat's running surprise bound
 };
