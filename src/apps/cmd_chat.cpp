@@ -121,6 +121,7 @@ int run_chat(const ChatOptions &o) {
 
     auto model = o.model.load();
     const text::Vocab vocab = text::Vocab::load(model->file());
+    print_notes(vocab);
     std::string note;
     const text::ChatTemplate tmpl =
         text::select_chat_template(model->file(), vocab, o.chat_template, o.chat_template_file, &note);

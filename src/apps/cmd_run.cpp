@@ -54,6 +54,7 @@ int run_generate(const RunOptions &o) {
         prompt = o.input.ids();
     } else {
         vocab = std::make_unique<text::Vocab>(text::Vocab::load(model->file()));
+        print_notes(*vocab);
         prompt = vocab->tokenize(o.input.text(), /*add_special=*/!o.no_bos, o.special);
     }
     if (prompt.empty()) fail("the prompt is empty: nothing to continue from");

@@ -45,6 +45,7 @@ int run_serve(const ServeOptions &o) {
     try {
         model = o.model.load();
         vocab = std::make_unique<text::Vocab>(text::Vocab::load(model->file()));
+        print_notes(*vocab);
         std::string note;
         tmpl = std::make_unique<text::ChatTemplate>(
             text::select_chat_template(model->file(), *vocab, o.chat_template, o.chat_template_file, &note));

@@ -6,6 +6,7 @@
 // list as `[1, 2, 3]`. Like llama-tokenize, backslash escapes (\n, \t, \xHH,
 // ...) in the prompt or file are processed unless --no-escape is given.
 #include "apps/cli.h"
+#include "apps/session_options.h"
 #include "core/error.h"
 #include "gguf/gguf_reader.h"
 #include "text/vocab.h"
@@ -30,7 +31,9 @@ struct TokenizeOptions {
 
 toy::text::Vocab open_vocab(const std::string &path) {
     auto file = toy::gguf::File::open(path);
-    return toy::text::Vocab::load(*file);
+    toy::text::Vocab v = toy::text::Vocab::load(*file);
+    toy::cli::print_notes(v);
+    return v;
 }
 
 int run_tokenize(const TokenizeOptions &o) {

@@ -104,4 +104,8 @@ void print_notes(const Session &s) {
     for (const auto &n : s.notes()) std::fprintf(stderr, "toy: %s\n", n.c_str());
 }
 
+void print_notes(const text::Vocab &v) {
+    for (const auto &n : v.notes()) std::fprintf(stderr, "toy: warning: %s\n", n.c_str());
+}
+
 }  // namespace toy::cli

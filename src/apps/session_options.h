@@ -6,6 +6,7 @@
 #include "model/lora_adapter.h"
 #include "model/model.h"
 #include "runtime/session.h"
+#include "text/vocab.h"
 
 #include <CLI/CLI.hpp>
 
@@ -60,5 +61,7 @@ private:
 
 // Prints the session's notes (e.g. flash attention switched on) to stderr.
 void print_notes(const Session &s);
+// ... and the tokenizer's (e.g. a special-token id out of range).
+void print_notes(const text::Vocab &v);
 
 }  // namespace toy::cli

@@ -76,6 +76,65 @@ std::vector<float> llama3_freq_factors(int n_rot, float base, float factor, floa
     return out;
 }
 
+// The accepted range of every number Config takes from the metadata, in one
+// place: a value outside it would reach a ggml op as nonsense (a negative
+// epsilon aborts inside ggml) or silently change the model. Checked on the
+// values as read (defaults pass); the error names the key.
+void check_ranges(const Config &c, const gguf::File &f, const std::string &p, const char *eps_key) {
+    const RopeConfig &r = c.rope;
+    const bool rope = c.pos == PosKind::Rope;
+    auto fin = [](double v) { return std::isfinite(v); };
+    constexpr double kMaxSize = double(int64_t(1) << 31);
+    struct Check {
+        std::string key;
+        double value;
+        bool ok;
+        const char *expected;
+    };
+    const double factor = f.opt_float(p + "rope.scaling.factor").value_or(f.opt_float(p + "rope.scale_linear").value_or(0.0));
+    const double low = f.opt_float(p + "rope.scaling.low_freq_factor").value_or(1.0);
+    const double high = f.opt_float(p + "rope.scaling.high_freq_factor").value_or(4.0);
+    const Check checks[] = {
+        {eps_key, c.norm_eps, fin(c.norm_eps) && c.norm_eps > 0 && c.norm_eps < 1, "a number between 0 and 1"},
+        {"context_length", (double)c.n_ctx_train, c.n_ctx_train > 0 && c.n_ctx_train <= kMaxSize, "a positive size"},
+        {"feed_forward_length", (double)c.n_ff, c.n_ff >= 0 && c.n_ff <= kMaxSize, "a size >= 0"},
+        {"attention.key_length", (double)c.head_dim_k, c.head_dim_k <= 65536, "a head size up to 65536"},
+        {"attention.value_length", (double)c.head_dim_v, c.head_dim_v <= 65536, "a head size up to 65536"},
+        {"rope.freq_base", r.freq_base, !rope || (fin(r.freq_base) && r.freq_base > 0), "a positive number"},
+        // 0 means none (llama.cpp's reading); below 0 or not finite is no scale at all
+        {"rope.scaling.factor", factor, fin(factor) && factor >= 0, "a positive number (or 0: none)"},
+        {"rope.scaling.original_context_length", (double)r.n_ctx_orig, !rope || r.n_ctx_orig > 0, "a positive size"},
+        {"rope.scaling.attn_factor", r.attn_factor, fin(r.attn_factor) && r.attn_factor > 0, "a positive number"},
+        {"rope.scaling.yarn_beta_fast", r.beta_fast, fin(r.beta_fast), "a finite number"},
+        {"rope.scaling.yarn_beta_slow", r.beta_slow, fin(r.beta_slow), "a finite number"},
+        {"rope.scaling.yarn_ext_factor", r.ext_factor, fin(r.ext_factor) && r.ext_factor >= 0, "a number >= 0"},
+        {"rope.scaling.low_freq_factor", low, r.scaling != RopeScalingKind::Llama3 || (fin(low) && low > 0),
+         "a positive number"},
+        {"rope.scaling.high_freq_factor", high, r.scaling != RopeScalingKind::Llama3 || (fin(high) && high > low),
+         "a number above low_freq_factor"},
+        {"attention.scale", c.attn_scale, fin(c.attn_scale) && c.attn_scale >= 0, "a number >= 0"},
+        {"attn_logit_softcapping", c.attn_softcap, fin(c.attn_softcap) && c.attn_softcap >= 0, "a number >= 0"},
+        {"final_logit_softcapping", c.final_softcap, fin(c.final_softcap) && c.final_softcap >= 0, "a number >= 0"},
+        {"attention.sliding_window", (double)c.n_swa, c.n_swa >= 0 && c.n_swa <= kMaxSize, "a size >= 0"},
+        {"embedding_scale", c.embd_scale, fin(c.embd_scale) && c.embd_scale > 0, "a positive number"},
+        {"residual_scale", c.residual_scale, fin(c.residual_scale) && c.residual_scale > 0, "a positive number"},
+        {"logit_scale", c.logit_scale, fin(c.logit_scale) && c.logit_scale != 0, "a finite number other than 0"},
+        {"expert_count", (double)c.n_expert, c.n_expert >= 0 && c.n_expert <= 65536, "0 to 65536 experts"},
+        {"expert_feed_forward_length", (double)c.n_ff_exp, c.n_expert == 0 || (c.n_ff_exp > 0 && c.n_ff_exp <= kMaxSize),
+         "a positive size"},
+    };
+    for (const Check &ch : checks) {
+        if (!ch.ok) fail("{}: key '{}{}': expected {}, found {}", f.path(), p, ch.key, ch.expected, ch.value);
+    }
+    if (f.has("tokenizer.ggml.tokens")) {
+        const int64_t n_tokens = (int64_t)f.get_string_array("tokenizer.ggml.tokens").size();
+        if (n_tokens != c.n_vocab) {
+            fail("{}: key 'tokenizer.ggml.tokens': expected {} tokens (the model's vocabulary), found {}", f.path(),
+                 c.n_vocab, n_tokens);
+        }
+    }
+}
+
 }  // namespace
 
 std::vector<std::string> supported_architectures() {
@@ -229,6 +288,7 @@ Config Config::from_gguf(const gguf::File &f) {
         c.expert_weights_norm = f.opt_bool(key("expert_weights_norm")).value_or(row->expert_weights_norm);
     }
     if (c.n_expert == 0 && c.n_ff <= 0) fail("{}: missing key '{}feed_forward_length'", f.path(), p);
+    check_ranges(c, f, p, row->norm == NormKind::Rms ? "attention.layer_norm_rms_epsilon" : "attention.layer_norm_epsilon");
     return c;
 }
 

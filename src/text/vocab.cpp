@@ -233,7 +233,14 @@ Vocab Vocab::load(const gguf::File &file) {
     }
     const auto read_id = [&](const char *key, int32_t &id) {
         if (auto val = file.opt_int(key)) {
-            if (*val >= 0 && *val < (int64_t)n) id = (int32_t)*val;  // out of range: keep the default
+            if (*val >= 0 && *val < (int64_t)n) {
+                id = (int32_t)*val;
+            } else if (*val != -1 && *val != 0xFFFFFFFFll) {  // those two mean "none"
+                // out of range: keep the default, as llama.cpp does, and say so
+                v.notes_.push_back(fmt::format("{}: key '{}' = {} is not a token id (the vocabulary has {}); using {}",
+                                               file.path(), key, *val, n,
+                                               id == kNoToken ? std::string("none") : std::to_string(id)));
+            }
         }
     };
     read_id("tokenizer.ggml.bos_token_id", v.bos_);

@@ -97,7 +97,12 @@ public:
     Vocab &operator=(Vocab &&) noexcept;
     ~Vocab();
 
+    // What loading noticed but did not refuse (a special-token id out of
+    // range, replaced by its default as llama.cpp does): one line each.
+    const std::vector<std::string> &notes() const { return notes_; }
+
 private:
+    std::vector<std::string> notes_;
     Vocab();
     struct Token {
         std::string text;
