@@ -8,7 +8,10 @@
 #include "test_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstring>
 #include <filesystem>
@@ -546,3 +549,44 @@ TEST(GgufWriter, FailedWriteLeavesNothingBehind) {
 }
 
 }  // namespace
+
+// SIGTERM / SIGINT during a write remove the temporary file and keep the old
+// target; a temporary left by SIGKILL is removed by the next write there.
+TEST(GgufWriter, SignalsLeaveNoTemporaryBehind) {
+    TempDir dir;
+    const std::string target = dir.file("m.gguf");
+    ASSERT_EQ(toy::test::run_toy("init --arch llama -o " + target + " -q").code, 0);
+    const auto before = fs::file_size(target);
+    auto temporaries = [&] {
+        int n = 0;
+        for (const auto &e : fs::directory_iterator(dir.path())) n += e.path().filename().string().find(".tmp.") != std::string::npos;
+        return n;
+    };
+    auto interrupted_init = [&](int sig) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+            const std::string cmd = "exec " + toy::test::shell_quote(TOY_BIN) + " init --preset qwen2.5-0.5b --type q8_0 -q -o " +
+                                    toy::test::shell_quote(target) + " 2>/dev/null";
+            execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)nullptr);
+            _exit(127);
+        }
+        // wait until the temporary file exists (the write has begun), then signal
+        for (int i = 0; i < 400 && temporaries() == 0; ++i) usleep(25 * 1000);
+        EXPECT_EQ(temporaries(), 1);
+        kill(pid, sig);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << status;
+    };
+    for (int sig : {SIGTERM, SIGINT}) {
+        SCOPED_TRACE(sig);
+        interrupted_init(sig);
+        EXPECT_EQ(temporaries(), 0);
+        EXPECT_EQ(fs::file_size(target), before);  // the old file, intact
+    }
+    interrupted_init(SIGKILL);
+    EXPECT_EQ(temporaries(), 1);  // nothing can run on SIGKILL
+    EXPECT_EQ(fs::file_size(target), before);
+    ASSERT_EQ(toy::test::run_toy("init --arch llama --seed 7 -o " + target + " -q").code, 0);
+    EXPECT_EQ(temporaries(), 0);  // the next write to the target removed the stale one
+}

@@ -2,9 +2,13 @@
 
 #include "core/error.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <vector>
 
 namespace toy {
@@ -29,20 +34,86 @@ mode_t current_umask() {
     return 022;
 }
 
+// The temporary files being written, for the signal handler (fixed slots:
+// only async-signal-safe work happens there).
+constexpr int kSlots = 16;
+char g_paths[kSlots][4096];
+std::atomic<bool> g_used[kSlots];
+
+extern "C" void remove_temporaries_and_die(int sig) {
+    for (int i = 0; i < kSlots; ++i) {
+        if (g_used[i].load()) unlink(g_paths[i]);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+// Installs the handler for SIGINT and SIGTERM where their disposition is the
+// default (a command with its own handler, such as training's Ctrl-C
+// checkpoint, keeps it and finishes or abandons its writes itself).
+void install_handlers() {
+    static std::atomic<bool> done{false};
+    if (done.exchange(true)) return;
+    for (int sig : {SIGINT, SIGTERM}) {
+        struct sigaction old {};
+        if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+        struct sigaction sa {};
+        sa.sa_handler = remove_temporaries_and_die;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sig, &sa, nullptr);
+    }
+}
+
+int claim_slot(const std::string &path) {
+    if (path.size() >= sizeof g_paths[0]) return -1;
+    static std::mutex mu;
+    std::lock_guard lock(mu);
+    for (int i = 0; i < kSlots; ++i) {
+        if (g_used[i].load()) continue;
+        std::memcpy(g_paths[i], path.c_str(), path.size() + 1);  // the path first, then "in use"
+        g_used[i].store(true);
+        return i;
+    }
+    return -1;  // more than kSlots writes at once: this one is only removed by its destructor
+}
+
+// Removes `<target>.tmp.<pid>.*` files whose process no longer runs.
+void remove_stale(const std::string &target) {
+    const std::filesystem::path t(target);
+    const std::string dir = t.parent_path().empty() ? std::string(".") : t.parent_path().string();
+    const std::string prefix = t.filename().string() + ".tmp.";
+    DIR *d = opendir(dir.c_str());
+    if (!d) return;
+    while (const dirent *e = readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.rfind(prefix, 0) != 0) continue;
+        const std::string rest = name.substr(prefix.size());
+        const size_t dot = rest.find('.');
+        if (dot == std::string::npos || dot == 0 || rest.find_first_not_of("0123456789") != dot) continue;
+        const pid_t pid = (pid_t)std::stol(rest.substr(0, dot));
+        if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+        unlink((dir + "/" + name).c_str());
+    }
+    closedir(d);
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(const std::string &target) : target_(target) {
-    std::string templ = target + ".tmp.XXXXXX";
+    install_handlers();
+    std::string templ = target + ".tmp." + std::to_string(getpid()) + ".XXXXXX";
     std::vector<char> buf(templ.begin(), templ.end());
     buf.push_back('\0');
     fd_ = mkstemp(buf.data());
     if (fd_ < 0) fail("{}: cannot create a temporary file next to it: {}", target, std::strerror(errno));
     path_ = buf.data();
+    slot_ = claim_slot(path_);
 }
 
 AtomicFile::~AtomicFile() {
     if (fd_ >= 0) ::close(fd_);
     if (!path_.empty()) ::unlink(path_.c_str());
+    if (slot_ >= 0) g_used[slot_].store(false);
 }
 
 void AtomicFile::write(const void *data, uint64_t n) {
@@ -85,6 +156,9 @@ void AtomicFile::commit() {
         fail("{}: cannot rename the temporary file into place: {}", target_, std::strerror(errno));
     }
     path_.clear();
+    if (slot_ >= 0) g_used[slot_].store(false);
+    slot_ = -1;
+    remove_stale(target_);
     // Make the rename itself durable.
     const std::filesystem::path parent = std::filesystem::path(target_).parent_path();
     const std::string dir = parent.empty() ? std::string(".") : parent.string();

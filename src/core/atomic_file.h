@@ -1,8 +1,12 @@
-// Atomic file writes: bytes go to `<target>.tmp.XXXXXX` next to the target,
-// which commit() fsyncs and renames over it (keeping an existing target's
-// permissions). Until then the target is untouched; a write that fails or is
-// abandoned (an exception, the object destroyed without commit) removes the
-// temporary file.
+// Atomic file writes: bytes go to `<target>.tmp.<pid>.XXXXXX` next to the
+// target, which commit() fsyncs and renames over it (keeping an existing
+// target's permissions). Until then the target is untouched; a write that
+// fails or is abandoned (an exception, the object destroyed without commit)
+// removes the temporary file, and so does SIGINT or SIGTERM when nothing else
+// in the process handles them (the signal then ends the process as before).
+// A temporary file left by a killed process (SIGKILL, a crash) is
+// recognised by its name and dead pid and removed by the next commit to the
+// same target.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,7 @@ public:
 private:
     std::string target_, path_;
     int fd_ = -1;
+    int slot_ = -1;  // in the signal handler's list of temporaries
     uint64_t written_ = 0;
 };
 
