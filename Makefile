@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 MODEL ?= models/toy-stories.gguf
 
-.PHONY: all deps configure build run test clean default-model
+.PHONY: all deps configure build run test test-asan test-tsan clean default-model
 
 all: build
 
@@ -31,6 +31,28 @@ tests/node/node_modules/.package-lock.json: tests/node/package-lock.json
 
 test: build tests/node/node_modules/.package-lock.json
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The suite under sanitizers, each in its own build directory (not part of
+# `make test`: several times slower). ASan + UBSan halt on the first finding;
+# TSan runs the concurrent parts (server, scheduler, sessions) with ggml's
+# own thread pool instead of OpenMP, which TSan cannot see into.
+ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
+test-asan: tests/node/node_modules/.package-lock.json
+	@$(MAKE) --no-print-directory deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$(ASAN_FLAGS)" \
+	  -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(ASAN_FLAGS)"
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS)
+
+test-tsan:
+	@$(MAKE) --no-print-directory deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOY_OPENMP=OFF -DCMAKE_C_FLAGS="$(TSAN_FLAGS)" \
+	  -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(TSAN_FLAGS)"
+	cmake --build build-tsan -j $(JOBS) --target toy_tests toy
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Parity.*Sequences'
 
 default-model: build
 	scripts/make-default-model.sh

@@ -94,22 +94,28 @@ std::vector<std::pair<int32_t, float>> logit_bias_of(const json &b, int32_t n_vo
 text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
     text::SamplerParams p;
     p.logit_bias = logit_bias_of(b, n_vocab);
-    p.temp = field<float>(b, "temperature", 1.0f, "a number");
-    p.top_p = field<float>(b, "top_p", 1.0f, "a number");
-    p.top_k = field<int32_t>(b, "top_k", 0, "an integer");
-    p.min_p = field<float>(b, "min_p", 0.0f, "a number");
-    p.presence_penalty = field<float>(b, "presence_penalty", 0.0f, "a number");
-    p.frequency_penalty = field<float>(b, "frequency_penalty", 0.0f, "a number");
-    p.repeat_penalty = field<float>(b, "repeat_penalty", 1.0f, "a number");
-    p.typical_p = field<float>(b, "typical_p", 1.0f, "a number");
-    p.top_n_sigma = field<float>(b, "top_n_sigma", -1.0f, "a number");
-    p.xtc_probability = field<float>(b, "xtc_probability", 0.0f, "a number");
-    p.xtc_threshold = field<float>(b, "xtc_threshold", 0.1f, "a number");
-    p.min_keep = field<int32_t>(b, "min_keep", 0, "an integer");
-    p.dry_multiplier = field<float>(b, "dry_multiplier", 0.0f, "a number");
-    p.dry_base = field<float>(b, "dry_base", 1.75f, "a number");
-    p.dry_allowed_length = field<int32_t>(b, "dry_allowed_length", 2, "an integer");
-    p.dry_penalty_last_n = field<int32_t>(b, "dry_penalty_last_n", -1, "an integer");
+    // OpenAI's defaults where OpenAI has the field (temperature 1, no top-p /
+    // top-k / min-p), llama-server's names and defaults for the rest
+    const std::pair<const char *, float *> numbers[] = {
+        {"temperature", &p.temp},          {"top_p", &p.top_p},
+        {"min_p", &p.min_p},               {"presence_penalty", &p.presence_penalty},
+        {"frequency_penalty", &p.frequency_penalty}, {"repeat_penalty", &p.repeat_penalty},
+        {"typical_p", &p.typical_p},       {"top_n_sigma", &p.top_n_sigma},
+        {"xtc_probability", &p.xtc_probability}, {"xtc_threshold", &p.xtc_threshold},
+        {"dry_multiplier", &p.dry_multiplier}, {"dry_base", &p.dry_base},
+        {"mirostat_tau", &p.mirostat_tau}, {"mirostat_eta", &p.mirostat_eta},
+    };
+    p.temp = 1.0f;
+    p.top_p = 1.0f;
+    p.top_k = 0;
+    p.min_p = 0.0f;
+    p.dry_penalty_last_n = -1;
+    for (auto [name, dst] : numbers) *dst = field<float>(b, name, *dst, "a number");
+    const std::pair<const char *, int32_t *> integers[] = {
+        {"top_k", &p.top_k}, {"min_keep", &p.min_keep}, {"dry_allowed_length", &p.dry_allowed_length},
+        {"dry_penalty_last_n", &p.dry_penalty_last_n}, {"mirostat", &p.mirostat},
+    };
+    for (auto [name, dst] : integers) *dst = field<int32_t>(b, name, *dst, "an integer");
     if (auto it = b.find("dry_sequence_breakers"); it != b.end() && !it->is_null()) {
         if (!it->is_array()) throw ApiError{400, "'dry_sequence_breakers' must be an array of strings"};
         p.dry_sequence_breakers.clear();
@@ -118,10 +124,7 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
             p.dry_sequence_breakers.push_back(s.get<std::string>());
         }
     }
-    p.mirostat = field<int>(b, "mirostat", 0, "0, 1 or 2");
     if (p.mirostat < 0 || p.mirostat > 2) throw ApiError{400, fmt::format("'mirostat' must be 0, 1 or 2, found {}", p.mirostat)};
-    p.mirostat_tau = field<float>(b, "mirostat_tau", 5.0f, "a number");
-    p.mirostat_eta = field<float>(b, "mirostat_eta", 0.1f, "a number");
     if (auto it = b.find("samplers"); it != b.end() && !it->is_null()) {
         // llama-server's: an array of names, or one string of them
         std::string names;
