@@ -38,6 +38,40 @@ struct RunOptions {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// The session's cache as the tokens it holds. When they would not fit, a
+// context shift (--context-shift) keeps the first n_keep tokens and the newer
+// half of the rest and evaluates those again; without it eval() says no.
+class ShiftingContext {
+public:
+    ShiftingContext(Session &s, bool shift, size_t n_keep) : s_(s), shift_(shift), n_keep_(n_keep) {}
+
+    bool eval(std::span<const int32_t> toks) {
+        const size_t n_ctx = (size_t)s_.n_ctx();
+        if (history_.size() + toks.size() > n_ctx) {
+            if (!shift_) return false;
+            const size_t drop = (history_.size() - n_keep_) / 2;
+            std::vector<int32_t> kept(history_.begin(), history_.begin() + (long)n_keep_);
+            kept.insert(kept.end(), history_.begin() + (long)(n_keep_ + drop), history_.end());
+            if (kept.size() + toks.size() > n_ctx) fail("--keep {}: the context is still full after a shift", n_keep_);
+            s_.reset();
+            s_.eval(kept);
+            history_ = std::move(kept);
+            ++shifts_;
+        }
+        s_.eval(toks);
+        history_.insert(history_.end(), toks.begin(), toks.end());
+        return true;
+    }
+    int shifts() const { return shifts_; }
+
+private:
+    Session &s_;
+    bool shift_;
+    size_t n_keep_;
+    std::vector<int32_t> history_;
+    int shifts_ = 0;
+};
+
 int run_generate(const RunOptions &o) {
     o.input.check_one();
     if (o.n_predict < -1) fail("-n: expected -1 (until end of text) or a count >= 0, found {}", o.n_predict);
@@ -82,27 +116,9 @@ int run_generate(const RunOptions &o) {
         show(echo.flush());
     }
 
-    // What the cache holds, in order. A context shift keeps the first n_keep
-    // tokens and the newer half of the rest, and evaluates them again.
-    std::vector<int32_t> history;
-    int shifts = 0;
     const size_t n_keep = o.n_keep < 0 ? prompt.size() : std::min<size_t>((size_t)o.n_keep, prompt.size());
-    auto eval = [&](std::span<const int32_t> toks) {
-        if (history.size() + toks.size() > (size_t)n_ctx) {
-            if (!o.context_shift) return false;
-            const size_t drop = (history.size() - n_keep) / 2;
-            std::vector<int32_t> kept(history.begin(), history.begin() + (long)n_keep);
-            kept.insert(kept.end(), history.begin() + (long)(n_keep + drop), history.end());
-            if (kept.size() + toks.size() > (size_t)n_ctx) fail("--keep {}: the context is still full after a shift", o.n_keep);
-            session.reset();
-            session.eval(kept);
-            history = std::move(kept);
-            ++shifts;
-        }
-        session.eval(toks);
-        history.insert(history.end(), toks.begin(), toks.end());
-        return true;
-    };
+    ShiftingContext context(session, o.context_shift, n_keep);
+    auto eval = [&](std::span<const int32_t> toks) { return context.eval(toks); };
 
     const auto t_prompt = Clock::now();
     eval(prompt);
@@ -181,7 +197,7 @@ int run_generate(const RunOptions &o) {
                     : last_reason == text::StopReason::StopString       ? "reverse_prompt"
                     : last_reason == text::StopReason::EndOfGeneration ? "eos"
                                                                         : "input";
-        if (shifts > 0) j["context_shifts"] = shifts;
+        if (context.shifts() > 0) j["context_shifts"] = context.shifts();
         if (o.n_probs > 0) {
             auto piece = [&](int32_t id) { return vocab ? vocab->token_to_piece(id, o.special) : std::string(); };
             nlohmann::json pj = nlohmann::json::array();
@@ -207,7 +223,9 @@ int run_generate(const RunOptions &o) {
                          "--context-shift)\n",
                          (long long)n_ctx, generated.size());
         }
-        if (shifts > 0) std::fprintf(stderr, "toy: the context was shifted %d times (--keep %zu)\n", shifts, n_keep);
+        if (context.shifts() > 0) {
+            std::fprintf(stderr, "toy: the context was shifted %d times (--keep %zu)\n", context.shifts(), n_keep);
+        }
         std::fprintf(stderr, "toy: load %.0f ms | prompt %zu tokens, %.1f t/s | generation %zu tokens, %.1f t/s\n",
                      load_ms, prompt.size(), pp_tps, generated.size(), tg_tps);
     }
