@@ -1,4 +1,4 @@
-// toy's packed Q8_0 kernel against ggml's own Q8_0 matmul: the same products
+// toy's packed Q8_0 and F16 kernels against ggml's own matmul: the same products
 // up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, partial passes, several 64-column panels) and
 // for inputs that are views with strides.
@@ -24,12 +24,16 @@ struct Case {
 
 }  // namespace
 
-TEST(PackedMatmul, EqualsGgmlsQ8_0MatmulForEveryTiling) {
+class PackedMatmulOf : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
+    const ggml_type type = GetParam();
     const int64_t shape[2] = {64, 16};
-    if (!graph::packed_matmul_supports(GGML_TYPE_Q8_0, shape, 2)) GTEST_SKIP() << "no AVX-512 VNNI: ggml's kernels run";
+    if (!graph::packed_matmul_supports(type, shape, 2)) GTEST_SKIP() << "no AVX-512 VNNI: ggml's kernels run";
     std::mt19937 rng(11);
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (const Case &k : std::vector<Case>{{32, 16, 1, false},
+                                           {33, 16, 3, false},  // F16 only: an odd input count
                                            {64, 16, 2, false},
                                            {96, 48, 3, false},
                                            {576, 64, 7, false},
@@ -40,14 +44,15 @@ TEST(PackedMatmul, EqualsGgmlsQ8_0MatmulForEveryTiling) {
                                            {256, 80, 70, false},
                                            {64, 32, 130, true},
                                            {1536, 16, 5, false}}) {
+        if (type == GGML_TYPE_Q8_0 && k.n_in % 32 != 0) continue;
         SCOPED_TRACE(fmt::format("n_in {} n_out {} columns {}{}", k.n_in, k.n_out, k.cols, k.strided ? " strided" : ""));
         const int64_t wide = k.strided ? 2 * k.cols : k.cols;
         ggml_init_params ip{(size_t)(k.n_in * k.n_out * 4 + k.n_in * wide * 8 + k.n_out * k.cols * 16) +
                                 32 * ggml_tensor_overhead() + ggml_graph_overhead() + 65536,
                             nullptr, false};
         ggml_context *ctx = ggml_init(ip);
-        ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, k.n_in, k.n_out);
-        ggml_tensor *packed = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, k.n_in, k.n_out);
+        ggml_tensor *w = ggml_new_tensor_2d(ctx, type, k.n_in, k.n_out);
+        ggml_tensor *packed = ggml_new_tensor_2d(ctx, type, k.n_in, k.n_out);
         std::vector<float> wf(k.n_in * k.n_out);
         // rows of very different sizes, a zero block, a block with one large value
         for (int64_t r = 0; r < k.n_out; ++r) {
@@ -55,8 +60,13 @@ TEST(PackedMatmul, EqualsGgmlsQ8_0MatmulForEveryTiling) {
         }
         for (int64_t i = 0; i < 32; ++i) wf[i] = 0.0f;
         wf[k.n_in + 3] = 1000.0f;
-        ggml_quantize_chunk(GGML_TYPE_Q8_0, wf.data(), w->data, 0, k.n_out, k.n_in, nullptr);
-        graph::pack_q8_0(w->data, packed->data, k.n_in, k.n_out);
+        if (type == GGML_TYPE_Q8_0) {
+            ggml_quantize_chunk(type, wf.data(), w->data, 0, k.n_out, k.n_in, nullptr);
+            graph::pack_q8_0(w->data, packed->data, k.n_in, k.n_out);
+        } else {
+            ggml_fp32_to_fp16_row(wf.data(), static_cast<ggml_fp16_t *>(w->data), (int64_t)wf.size());
+            graph::pack_f16(w->data, packed->data, k.n_in, k.n_out);
+        }
 
         ggml_tensor *xs = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k.n_in, wide);
         for (int64_t i = 0; i < ggml_nelements(xs); ++i) ((float *)xs->data)[i] = g(rng);
@@ -72,15 +82,40 @@ TEST(PackedMatmul, EqualsGgmlsQ8_0MatmulForEveryTiling) {
 
         ASSERT_EQ(ours->ne[0], k.n_out);
         ASSERT_EQ(ours->ne[1], k.cols);
+        // F16: the exact sum of the products of the fp16 weights and the
+        // fp16-rounded inputs, in double (ggml's F16 paths for many columns
+        // round differently, so each is held to the exact value)
+        std::vector<float> wd(wf.size());
+        if (type == GGML_TYPE_F16) ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(w->data), wd.data(), (int64_t)wd.size());
+        auto exact = [&](int64_t r, int64_t c, double *mag) {
+            const float *xc = (const float *)((const char *)x->data + c * x->nb[1]);
+            double sum = 0;
+            *mag = 0;
+            for (int64_t i = 0; i < k.n_in; ++i) {
+                const double xi = ggml_fp16_to_fp32(ggml_fp32_to_fp16(xc[i]));
+                sum += (double)wd[r * k.n_in + i] * xi;
+                *mag += std::fabs((double)wd[r * k.n_in + i] * xi);
+            }
+            return sum;
+        };
         double worst = 0.0;
         for (int64_t c = 0; c < k.cols; ++c) {
             for (int64_t r = 0; r < k.n_out; ++r) {
                 const float a = ((float *)ours->data)[c * k.n_out + r];
                 const float b = ((float *)((char *)ref->data + c * ref->nb[1]))[r];
-                // both sum the same exact block products; only the order of the float sums differs
-                const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
-                worst = std::max(worst, std::fabs(a - b) / tol);
-                ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
+                if (type == GGML_TYPE_Q8_0) {
+                    // both sum the same exact block products; only the order of the float sums differs
+                    const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
+                    worst = std::max(worst, std::fabs(a - b) / tol);
+                    ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
+                } else {
+                    double mag = 0;
+                    const double e = exact(r, c, &mag);
+                    const double tol = 1e-6 * mag + 1e-7;
+                    worst = std::max(worst, std::fabs(a - e) / tol);
+                    ASSERT_NEAR(a, e, tol) << "row " << r << " column " << c;
+                    ASSERT_NEAR(b, e, 1e3 * tol) << "ggml, row " << r << " column " << c;
+                }
             }
         }
         EXPECT_LE(worst, 1.0);
@@ -88,14 +123,18 @@ TEST(PackedMatmul, EqualsGgmlsQ8_0MatmulForEveryTiling) {
     }
 }
 
-TEST(PackedMatmul, SupportsOnlyQ8_0MatricesOfWholeRowGroups) {
+INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf, ::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16),
+                         [](const auto &info) { return std::string(ggml_type_name(info.param)); });
+
+TEST(PackedMatmul, SupportsQ8_0AndF16MatricesOfWholeRowGroups) {
     const int64_t ok[2] = {64, 32}, odd_rows[2] = {64, 40}, stacked[3] = {64, 32, 2};
     const bool here = graph::packed_matmul_supports(GGML_TYPE_Q8_0, ok, 2);
-    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_F16, ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_F32, ok, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, ok, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, odd_rows, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, stacked, 3));
     if (!here) GTEST_SKIP() << "no AVX-512 VNNI in this build";
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_F16, ok, 2));
     const int64_t vocab[2] = {576, 49152};
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, vocab, 2));
 }

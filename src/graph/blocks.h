@@ -17,7 +17,8 @@
 
 #include <ggml.h>
 
-#include <unordered_map>
+#include <map>
+#include <utility>
 
 namespace toy::graph {
 
@@ -91,7 +92,7 @@ private:
     ggml_tensor *mul_mat(ggml_tensor *w, ggml_tensor *x) const;
     const Adapters *adapters_;
     bool train_;
-    mutable std::unordered_map<const ggml_tensor *, ggml_tensor *> quantized_inputs_;
+    mutable std::map<std::pair<const ggml_tensor *, ggml_type>, ggml_tensor *> quantized_inputs_;
 };
 
 }  // namespace toy::graph

@@ -104,27 +104,76 @@ using TileFn = void (*)(const uint8_t *, int64_t, const uint8_t *, size_t, float
 constexpr TileFn kTiles[9] = {nullptr,         group_tile<1>, group_tile<2>, group_tile<3>, group_tile<4>,
                               group_tile<5>, group_tile<6>, group_tile<7>, group_tile<8>};
 
+// F16: a group is, for each input k, its 16 rows' fp16 weights (32 bytes);
+// the input columns are float32 already rounded through fp16 (round_kernel),
+// so each product is ggml's F16 x F16 product, exact in float32. Two partial
+// sums per column hide the FMA latency when few columns share a load.
+template <int C>
+void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
+    __m512 acc[C][2];
+    for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
+    const float *xc[C];
+    for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
+    int64_t k = 0;
+    for (; k + 1 < n_in; k += 2) {
+        const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * k)));
+        const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * (k + 1))));
+        for (int c = 0; c < C; ++c) {
+            acc[c][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(xc[c][k]), acc[c][0]);
+            acc[c][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(xc[c][k + 1]), acc[c][1]);
+        }
+    }
+    if (k < n_in) {
+        const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * k)));
+        for (int c = 0; c < C; ++c) acc[c][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(xc[c][k]), acc[c][0]);
+    }
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, _mm512_add_ps(acc[c][0], acc[c][1]));
+}
+
+constexpr TileFn kF16Tiles[9] = {nullptr,     f16_tile<1>, f16_tile<2>, f16_tile<3>, f16_tile<4>,
+                                 f16_tile<5>, f16_tile<6>, f16_tile<7>, f16_tile<8>};
+
+// x rounded through fp16, as ggml converts an F16 matmul's input.
+void round_column(const float *x, int64_t n, float *out) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    }
+    for (; i < n; ++i) out[i] = _cvtsh_ss(_cvtss_sh(x[i], 0));
+}
+
 #pragma GCC diagnostic pop
 #endif
 
-void quantize_kernel(ggml_tensor *dst, int ith, int nth, void *) {
+// The input prepared for the matrix type (userdata: the type).
+void prepare_kernel(ggml_tensor *dst, int ith, int nth, void *type) {
 #if TOY_PACKED_Q8_0
     const ggml_tensor *x = dst->src[0];
+    const bool q8 = *static_cast<const ggml_type *>(type) == GGML_TYPE_Q8_0;
     int64_t c0, c1;
     share(columns(x), ith, nth, &c0, &c1);
     for (int64_t c = c0; c < c1; ++c) {
-        quantize_column(column(x, c), x->ne[0], static_cast<uint8_t *>(dst->data) + c * dst->nb[1]);
+        auto *out = static_cast<uint8_t *>(dst->data) + c * dst->nb[1];
+        if (q8) {
+            quantize_column(column(x, c), x->ne[0], out);
+        } else {
+            round_column(column(x, c), x->ne[0], reinterpret_cast<float *>(out));
+        }
     }
 #else
-    (void)dst, (void)ith, (void)nth;
+    (void)dst, (void)ith, (void)nth, (void)type;
 #endif
 }
 
 void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
 #if TOY_PACKED_Q8_0
     const ggml_tensor *w = dst->src[0], *xq = dst->src[1];
-    const int64_t n_out = w->ne[1], nb = w->ne[0] / kQK, n_cols = xq->ne[1];
-    const size_t group_bytes = nb * kGroupBlock;
+    const bool q8 = w->type == GGML_TYPE_Q8_0;
+    const int64_t n_out = w->ne[1], n_cols = xq->ne[1];
+    // a tile's "depth": Q8_0 blocks, or inputs for F16
+    const int64_t depth = q8 ? w->ne[0] / kQK : w->ne[0];
+    const size_t group_bytes = q8 ? depth * kGroupBlock : depth * kRows * sizeof(uint16_t);
+    const TileFn *tiles = q8 ? kTiles : kF16Tiles;
     int64_t g0, g1;
     share(n_out / kRows, ith, nth, &g0, &g1);
     const auto *wbase = static_cast<const uint8_t *>(w->data);
@@ -138,8 +187,8 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
         for (int64_t g = g0; g < g1; ++g) {
             for (int64_t c = p0; c < p1; c += 8) {
                 const int n = (int)std::min<int64_t>(8, p1 - c);
-                kTiles[n](wbase + g * group_bytes, nb, xbase + c * xq->nb[1], xq->nb[1], y + c * n_out + g * kRows,
-                          n_out);
+                tiles[n](wbase + g * group_bytes, depth, xbase + c * xq->nb[1], xq->nb[1], y + c * n_out + g * kRows,
+                         n_out);
             }
         }
     }
@@ -152,8 +201,9 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
 
 bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims) {
 #if TOY_PACKED_Q8_0
-    return type == GGML_TYPE_Q8_0 && (n_dims == 2 || (n_dims > 2 && ne[2] == 1 && (n_dims < 4 || ne[3] == 1))) &&
-           ne[0] % kQK == 0 && ne[1] % kRows == 0;
+    const bool matrix = n_dims == 2 || (n_dims > 2 && ne[2] == 1 && (n_dims < 4 || ne[3] == 1));
+    return matrix && ne[1] % kRows == 0 &&
+           ((type == GGML_TYPE_Q8_0 && ne[0] % kQK == 0) || type == GGML_TYPE_F16);
 #else
     (void)type, (void)ne, (void)n_dims;
     return false;
@@ -180,19 +230,31 @@ void pack_q8_0(const void *src, void *dst, int64_t n_in, int64_t n_out) {
     }
 }
 
-ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x) {
-    if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[0] % kQK != 0) {
-        fail("packed matmul: input must be float32 rows of a multiple of {} values", kQK);
+void pack_f16(const void *src, void *dst, int64_t n_in, int64_t n_out) {
+    const auto *in = static_cast<const uint16_t *>(src);
+    auto *out = static_cast<uint16_t *>(dst);
+    for (int64_t g = 0; g < n_out / kRows; ++g) {
+        for (int64_t k = 0; k < n_in; ++k) {
+            for (int r = 0; r < kRows; ++r) *out++ = in[(g * kRows + r) * n_in + k];
+        }
     }
-    const int64_t bytes = x->ne[0] / kQK * (int64_t)kColBlock;
+}
+
+ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type) {
+    const bool q8 = type == GGML_TYPE_Q8_0;
+    if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || (q8 && x->ne[0] % kQK != 0)) {
+        fail("packed matmul: input must be float32 rows{}", q8 ? fmt::format(" of a multiple of {} values", kQK) : "");
+    }
+    static const ggml_type kQ8 = GGML_TYPE_Q8_0, kF16 = GGML_TYPE_F16;
+    const int64_t bytes = q8 ? x->ne[0] / kQK * (int64_t)kColBlock : x->ne[0] * (int64_t)sizeof(float);
     ggml_tensor *args[] = {x};
-    return ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, columns(x), 1, 1, args, 1, quantize_kernel, GGML_N_TASKS_MAX,
-                          nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, columns(x), 1, 1, args, 1, prepare_kernel, GGML_N_TASKS_MAX,
+                          const_cast<ggml_type *>(q8 ? &kQ8 : &kF16));
 }
 
 ggml_tensor *packed_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *xq) {
     if (w->ne[0] != x->ne[0]) fail("packed matmul: input has {} rows, the matrix {}", x->ne[0], w->ne[0]);
-    if (!xq) xq = quantize_input(ctx, x);
+    if (!xq) xq = quantize_input(ctx, x, w->type);
     ggml_tensor *args[] = {w, xq};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, 2, matmul_kernel,
                           GGML_N_TASKS_MAX, nullptr);

@@ -413,7 +413,12 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             const bool as_is = p.e->src.parts.size() == 1 && p.e->src.type == p.t->type;
             std::vector<uint8_t> bytes;
             if (!as_is) bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
-            graph::pack_q8_0(as_is ? p.e->src.parts[0] : bytes.data(), p.t->data, p.t->ne[0], p.t->ne[1]);
+            const void *src = as_is ? p.e->src.parts[0] : bytes.data();
+            if (p.t->type == GGML_TYPE_Q8_0) {
+                graph::pack_q8_0(src, p.t->data, p.t->ne[0], p.t->ne[1]);
+            } else {
+                graph::pack_f16(src, p.t->data, p.t->ne[0], p.t->ne[1]);
+            }
         } else if (p.e->src.parts.size() == 1 && p.e->src.type == p.t->type) {
             ggml_backend_tensor_set(p.t, p.e->src.parts[0], 0, p.e->src.part_bytes[0]);
         } else {
