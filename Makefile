@@ -51,7 +51,7 @@ test-tsan:
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOY_OPENMP=OFF -DCMAKE_C_FLAGS="$(TSAN_FLAGS)" \
 	  -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(TSAN_FLAGS)"
 	cmake --build build-tsan -j $(JOBS) --target toy_tests toy
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Parity.*Sequences'
 
 default-model: build
