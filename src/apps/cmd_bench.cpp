@@ -102,29 +102,6 @@ double stddev(const std::vector<T> &v) {
     return std::sqrt(sq / (double)(v.size() - 1));
 }
 
-std::vector<int> parse_counts(const std::string &text, const char *flag) {
-    std::vector<int> out;
-    size_t i = 0;
-    while (i <= text.size()) {
-        size_t j = text.find(',', i);
-        if (j == std::string::npos) j = text.size();
-        std::string item = text.substr(i, j - i);
-        size_t used = 0;
-        long long v = -1;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception &) {
-            used = 0;
-        }
-        if (item.empty() || used != item.size() || v < 0 || v > 1'000'000) {
-            fail("{}: expected token counts >= 0, comma-separated (e.g. 128,512), found '{}'", flag, text);
-        }
-        out.push_back((int)v);
-        i = j + 1;
-    }
-    return out;
-}
-
 // "a,b,c" as its items (none empty).
 std::vector<std::string> split_list(const std::string &text, const char *flag) {
     std::vector<std::string> out;
@@ -136,6 +113,25 @@ std::vector<std::string> split_list(const std::string &text, const char *flag) {
         if (j == std::string::npos) return out;
         i = j + 1;
     }
+}
+
+// A comma list of counts (0 to a million).
+std::vector<int> parse_counts(const std::string &text, const char *flag, const char *what = "token counts") {
+    std::vector<int> out;
+    for (const std::string &item : split_list(text, flag)) {
+        size_t used = 0;
+        long long v = -1;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception &) {
+            used = 0;
+        }
+        if (used != item.size() || v < 0 || v > 1'000'000) {
+            fail("{}: expected {} >= 0, comma-separated (e.g. 128,512), found '{}'", flag, what, text);
+        }
+        out.push_back((int)v);
+    }
+    return out;
 }
 
 std::string utc_now() {
@@ -192,20 +188,8 @@ SessionOptions session_options(const BenchOptions &o, const Instance &inst) {
 
 // Every combination of -t, -fa, -ctk and -ctv, each checked before the load.
 std::vector<Instance> instances(const BenchOptions &o) {
-    std::vector<int> threads;
-    for (const std::string &t : split_list(o.threads, "-t")) {
-        size_t used = 0;
-        int n = -1;
-        try {
-            n = std::stoi(t, &used);
-        } catch (const std::exception &) {
-            used = 0;
-        }
-        if (used != t.size() || n < 0) fail("-t: expected thread counts >= 0, comma-separated, found '{}'", o.threads);
-        threads.push_back(n);
-    }
     std::vector<Instance> out;
-    for (int t : threads)
+    for (int t : parse_counts(o.threads, "-t", "thread counts"))
         for (const std::string &fa : split_list(o.flash_attn, "-fa"))
             for (const std::string &k : split_list(o.cache_type_k, "-ctk"))
                 for (const std::string &v : split_list(o.cache_type_v, "-ctv")) out.push_back({t, fa, k, v});

@@ -144,10 +144,9 @@ int run_chat(const ChatOptions &o) {
     std::fprintf(stderr, "toy: chat template %s, context %lld tokens; /help lists commands, /exit or Ctrl-D quits\n",
                  tmpl.name().c_str(), (long long)n_ctx);
 
-    const bool has_first = o.first.prompt_opt->count() || o.first.file_opt->count();
-    if (has_first && o.first.prompt_opt->count() && o.first.file_opt->count()) fail("give only one of -p TEXT or -f FILE");
-    std::string first = has_first ? o.first.text() : "";
-    if (has_first && first.empty()) fail("the first message (-p / -f) is empty");
+    o.first.check_one(/*required=*/false);
+    std::string first = o.first.given() ? o.first.text() : "";
+    if (o.first.given() && first.empty()) fail("the first message (-p / -f) is empty");
     bool replied = false;
     SigintGuard sigint;
     std::string line;

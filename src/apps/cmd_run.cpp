@@ -12,9 +12,8 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
-#include <fstream>
+#include <iostream>
 #include <memory>
-#include <sstream>
 
 namespace toy::cli {
 namespace {

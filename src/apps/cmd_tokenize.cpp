@@ -12,11 +12,7 @@
 #include "text/vocab.h"
 
 #include <cstdio>
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <memory>
-#include <sstream>
 
 namespace {
 

@@ -104,13 +104,17 @@ void PromptFlags::add_to(CLI::App &app, bool with_tokens) {
     app.add_flag("-e,--escape")->description("process \\n, \\t, \\xHH ... in the prompt (the default; llama.cpp's -e)");
 }
 
-void PromptFlags::check_one() const {
-    const size_t given = prompt_opt->count() + file_opt->count() + (tokens_opt ? tokens_opt->count() : 0) +
-                         (stdin_opt ? stdin_opt->count() : 0);
-    if (given == 1) return;
+size_t PromptFlags::given() const {
+    return prompt_opt->count() + file_opt->count() + (tokens_opt ? tokens_opt->count() : 0) +
+           (stdin_opt ? stdin_opt->count() : 0);
+}
+
+void PromptFlags::check_one(bool required) const {
+    const size_t n = given();
+    if (n == 1 || (n == 0 && !required)) return;
     const std::string which = tokens_opt ? "-p TEXT, -f FILE or --tokens IDS" : "-p TEXT or -f FILE";
-    if (given == 0) fail("no prompt: give one of {}", which);
-    fail("give only one of {} ({} were given)", which, given);
+    if (n == 0) fail("no prompt: give one of {}", which);
+    fail("give only one of {} ({} were given)", which, n);
 }
 
 std::string PromptFlags::text() const {

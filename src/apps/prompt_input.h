@@ -29,9 +29,11 @@ struct PromptFlags {
 
     // -p, -f, --no-escape, and --tokens when `with_tokens`.
     void add_to(CLI::App &app, bool with_tokens);
-    // Exactly one source given (an empty -p counts as given); else an error
-    // naming what was given.
-    void check_one() const;
+    // How many sources were given (an empty -p counts).
+    size_t given() const;
+    // Exactly one source given (at most one when not `required`); else an
+    // error naming what was given.
+    void check_one(bool required = true) const;
     bool as_ids() const { return tokens_opt && tokens_opt->count() > 0; }
     // The text of -p or -f, escapes processed unless --no-escape.
     std::string text() const;

@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,24 +76,26 @@ int claim_slot(const std::string &path) {
     return -1;  // more than kSlots writes at once: this one is only removed by its destructor
 }
 
+// The directory a file is in ("." for a bare name).
+std::filesystem::path dir_of(const std::string &file) {
+    const std::filesystem::path parent = std::filesystem::path(file).parent_path();
+    return parent.empty() ? std::filesystem::path(".") : parent;
+}
+
 // Removes `<target>.tmp.<pid>.*` files whose process no longer runs.
 void remove_stale(const std::string &target) {
-    const std::filesystem::path t(target);
-    const std::string dir = t.parent_path().empty() ? std::string(".") : t.parent_path().string();
-    const std::string prefix = t.filename().string() + ".tmp.";
-    DIR *d = opendir(dir.c_str());
-    if (!d) return;
-    while (const dirent *e = readdir(d)) {
-        const std::string name = e->d_name;
+    const std::string prefix = std::filesystem::path(target).filename().string() + ".tmp.";
+    std::error_code ec;
+    for (const auto &e : std::filesystem::directory_iterator(dir_of(target), ec)) {
+        const std::string name = e.path().filename().string();
         if (name.rfind(prefix, 0) != 0) continue;
         const std::string rest = name.substr(prefix.size());
         const size_t dot = rest.find('.');
         if (dot == std::string::npos || dot == 0 || rest.find_first_not_of("0123456789") != dot) continue;
         const pid_t pid = (pid_t)std::stol(rest.substr(0, dot));
         if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
-        unlink((dir + "/" + name).c_str());
+        std::filesystem::remove(e.path(), ec);
     }
-    closedir(d);
 }
 
 }  // namespace
@@ -160,9 +161,7 @@ void AtomicFile::commit() {
     slot_ = -1;
     remove_stale(target_);
     // Make the rename itself durable.
-    const std::filesystem::path parent = std::filesystem::path(target_).parent_path();
-    const std::string dir = parent.empty() ? std::string(".") : parent.string();
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int dfd = ::open(dir_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd);
         ::close(dfd);

@@ -5,7 +5,17 @@
 
 #include <ggml.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
 namespace toy::graph {
+
+// A custom op's thread `ith` of `nth`: its contiguous share [begin, end) of n units.
+inline std::pair<int64_t, int64_t> thread_share(int64_t n, int ith, int nth) {
+    const int64_t per = (n + nth - 1) / nth;
+    return {std::min(n, ith * per), std::min(n, (ith + 1) * per)};
+}
 
 // x^T of an F32 tensor (any strides), each [ne0, ne1] plane transposed:
 // contiguous [ne1, ne0, ne2, ne3], blocked in 32 x 32 tiles over all threads. ggml's cont(transpose(x)) copies one

@@ -1,12 +1,13 @@
 #include "graph/packed_matmul.h"
 
 #include "core/error.h"
+#include "graph/custom_ops.h"
 
 #include <algorithm>
 #include <cstring>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__F16C__)
-#define TOY_PACKED_Q8_0 1
+#define TOY_PACKED_KERNELS 1
 #include <immintrin.h>
 #endif
 
@@ -35,14 +36,7 @@ const float *column(const ggml_tensor *x, int64_t c) {
                                            i3 * x->nb[3]);
 }
 
-// The threads' share of n units: [*begin, *end).
-void share(int64_t n, int ith, int nth, int64_t *begin, int64_t *end) {
-    const int64_t per = (n + nth - 1) / nth;
-    *begin = std::min<int64_t>(n, per * ith);
-    *end = std::min<int64_t>(n, *begin + per);
-}
-
-#if TOY_PACKED_Q8_0
+#if TOY_PACKED_KERNELS
 // GCC 12's AVX-512 reduction intrinsics start from an undefined vector and
 // -Wmaybe-uninitialized reports it inside the compiler's own header.
 #pragma GCC diagnostic push
@@ -147,11 +141,10 @@ void round_column(const float *x, int64_t n, float *out) {
 
 // The input prepared for the matrix type (userdata: the type).
 void prepare_kernel(ggml_tensor *dst, int ith, int nth, void *type) {
-#if TOY_PACKED_Q8_0
+#if TOY_PACKED_KERNELS
     const ggml_tensor *x = dst->src[0];
     const bool q8 = *static_cast<const ggml_type *>(type) == GGML_TYPE_Q8_0;
-    int64_t c0, c1;
-    share(columns(x), ith, nth, &c0, &c1);
+    const auto [c0, c1] = thread_share(columns(x), ith, nth);
     for (int64_t c = c0; c < c1; ++c) {
         auto *out = static_cast<uint8_t *>(dst->data) + c * dst->nb[1];
         if (q8) {
@@ -166,7 +159,7 @@ void prepare_kernel(ggml_tensor *dst, int ith, int nth, void *type) {
 }
 
 void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
-#if TOY_PACKED_Q8_0
+#if TOY_PACKED_KERNELS
     const ggml_tensor *w = dst->src[0], *xq = dst->src[1];
     const bool q8 = w->type == GGML_TYPE_Q8_0;
     const int64_t n_out = w->ne[1], n_cols = xq->ne[1];
@@ -174,8 +167,7 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     const int64_t depth = q8 ? w->ne[0] / kQK : w->ne[0];
     const size_t group_bytes = q8 ? depth * kGroupBlock : depth * kRows * sizeof(uint16_t);
     const TileFn *tiles = q8 ? kTiles : kF16Tiles;
-    int64_t g0, g1;
-    share(n_out / kRows, ith, nth, &g0, &g1);
+    const auto [g0, g1] = thread_share(n_out / kRows, ith, nth);
     const auto *wbase = static_cast<const uint8_t *>(w->data);
     const auto *xbase = static_cast<const uint8_t *>(xq->data);
     auto *y = static_cast<float *>(dst->data);
@@ -200,7 +192,7 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
 }  // namespace
 
 bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims) {
-#if TOY_PACKED_Q8_0
+#if TOY_PACKED_KERNELS
     const bool matrix = n_dims == 2 || (n_dims > 2 && ne[2] == 1 && (n_dims < 4 || ne[3] == 1));
     return matrix && ne[1] % kRows == 0 &&
            ((type == GGML_TYPE_Q8_0 && ne[0] % kQK == 0) || type == GGML_TYPE_F16);

@@ -80,7 +80,14 @@ std::vector<float> llama3_freq_factors(int n_rot, float base, float factor, floa
 // place: a value outside it would reach a ggml op as nonsense (a negative
 // epsilon aborts inside ggml) or silently change the model. Checked on the
 // values as read (defaults pass); the error names the key.
-void check_ranges(const Config &c, const gguf::File &f, const std::string &p, const char *eps_key) {
+// The rope scaling numbers as the file gives them (Config keeps only what
+// they become), read once for both.
+struct RopeScalingKeys {
+    double factor, low_freq_factor, high_freq_factor;
+};
+
+void check_ranges(const Config &c, const gguf::File &f, const std::string &p, const char *eps_key,
+                  const RopeScalingKeys &rs) {
     const RopeConfig &r = c.rope;
     const bool rope = c.pos == PosKind::Rope;
     auto fin = [](double v) { return std::isfinite(v); };
@@ -91,9 +98,7 @@ void check_ranges(const Config &c, const gguf::File &f, const std::string &p, co
         bool ok;
         const char *expected;
     };
-    const double factor = f.opt_float(p + "rope.scaling.factor").value_or(f.opt_float(p + "rope.scale_linear").value_or(0.0));
-    const double low = f.opt_float(p + "rope.scaling.low_freq_factor").value_or(1.0);
-    const double high = f.opt_float(p + "rope.scaling.high_freq_factor").value_or(4.0);
+    const double factor = rs.factor, low = rs.low_freq_factor, high = rs.high_freq_factor;
     const Check checks[] = {
         {eps_key, c.norm_eps, fin(c.norm_eps) && c.norm_eps > 0 && c.norm_eps < 1, "a number between 0 and 1"},
         {"context_length", (double)c.n_ctx_train, c.n_ctx_train > 0 && c.n_ctx_train <= kMaxSize, "a positive size"},
@@ -196,8 +201,8 @@ Config Config::from_gguf(const gguf::File &f) {
     c.fused_qkv = row->fused_qkv;
     c.linear_bias = row->linear_bias;
     c.post_norms = row->post_norms;
-    c.norm_eps = (float)(row->norm == NormKind::Rms ? f.opt_float(key("attention.layer_norm_rms_epsilon")).value_or(1e-5)
-                                                    : f.opt_float(key("attention.layer_norm_epsilon")).value_or(1e-5));
+    const char *eps_key = row->norm == NormKind::Rms ? "attention.layer_norm_rms_epsilon" : "attention.layer_norm_epsilon";
+    c.norm_eps = (float)f.opt_float(key(eps_key)).value_or(1e-5);
 
     // ---- rope ----
     RopeConfig &r = c.rope;
@@ -210,7 +215,11 @@ Config Config::from_gguf(const gguf::File &f) {
     r.freq_base = (float)f.opt_float(key("rope.freq_base")).value_or(10000.0);
     r.n_ctx_orig = (int)f.opt_int(key("rope.scaling.original_context_length")).value_or(c.n_ctx_train);
     const std::string scaling = f.opt_string(key("rope.scaling.type")).value_or("linear");
-    double factor = f.opt_float(key("rope.scaling.factor")).value_or(f.opt_float(key("rope.scale_linear")).value_or(0.0));
+    const RopeScalingKeys rs{
+        f.opt_float(key("rope.scaling.factor")).value_or(f.opt_float(key("rope.scale_linear")).value_or(0.0)),
+        f.opt_float(key("rope.scaling.low_freq_factor")).value_or(1.0),
+        f.opt_float(key("rope.scaling.high_freq_factor")).value_or(4.0)};
+    const double factor = rs.factor;
     if (scaling == "none") {
         r.scaling = RopeScalingKind::None;
     } else if (scaling == "linear") {
@@ -243,8 +252,7 @@ Config Config::from_gguf(const gguf::File &f) {
     if (r.scaling == RopeScalingKind::Llama3 && !f.has_tensor("rope_freqs.weight")) {
         if (factor <= 0) fail("{}: rope scaling llama3 needs '{}rope.scaling.factor'", f.path(), p);
         r.freq_factors = llama3_freq_factors(
-            r.n_rot, r.freq_base, (float)factor, (float)f.opt_float(key("rope.scaling.low_freq_factor")).value_or(1.0),
-            (float)f.opt_float(key("rope.scaling.high_freq_factor")).value_or(4.0),
+            r.n_rot, r.freq_base, (float)factor, (float)rs.low_freq_factor, (float)rs.high_freq_factor,
             (int)f.opt_int(key("rope.scaling.original_context_length")).value_or(8192));
     }
 
@@ -288,7 +296,7 @@ Config Config::from_gguf(const gguf::File &f) {
         c.expert_weights_norm = f.opt_bool(key("expert_weights_norm")).value_or(row->expert_weights_norm);
     }
     if (c.n_expert == 0 && c.n_ff <= 0) fail("{}: missing key '{}feed_forward_length'", f.path(), p);
-    check_ranges(c, f, p, row->norm == NormKind::Rms ? "attention.layer_norm_rms_epsilon" : "attention.layer_norm_epsilon");
+    check_ranges(c, f, p, eps_key, rs);
     return c;
 }
 

@@ -295,9 +295,10 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
         return nullptr;
     };
-    // Else toy's own packed layout, where its kernel takes the matrix.
+    // Else (where no extra buffer type takes it) toy's own packed layout,
+    // where its kernel takes the matrix.
     auto packed_for = [&](const Entry &e) {
-        return opts.repack && e.role == TensorRole::Linear && !extra_for(e) &&
+        return opts.repack && e.role == TensorRole::Linear &&
                graph::packed_matmul_supports(e.type, e.ne.data(), (int)e.ne.size());
     };
     Weights &w = m->w_;
@@ -409,21 +410,17 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     Progress progress("loading " + std::filesystem::path(f.path()).filename().string(), fill_bytes);
     for (const Plan *pp : to_fill) {
         const Plan &p = *pp;
-        if (p.packed) {
-            const bool as_is = p.e->src.parts.size() == 1 && p.e->src.type == p.t->type;
-            std::vector<uint8_t> bytes;
-            if (!as_is) bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
-            const void *src = as_is ? p.e->src.parts[0] : bytes.data();
-            if (p.t->type == GGML_TYPE_Q8_0) {
-                graph::pack_q8_0(src, p.t->data, p.t->ne[0], p.t->ne[1]);
-            } else {
-                graph::pack_f16(src, p.t->data, p.t->ne[0], p.t->ne[1]);
-            }
-        } else if (p.e->src.parts.size() == 1 && p.e->src.type == p.t->type) {
-            ggml_backend_tensor_set(p.t, p.e->src.parts[0], 0, p.e->src.part_bytes[0]);
+        // the bound type's bytes: the mapped source as it is, or joined / requantized
+        const bool as_is = p.e->src.parts.size() == 1 && p.e->src.type == p.t->type;
+        std::vector<uint8_t> bytes;
+        if (!as_is) bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
+        const void *src = as_is ? p.e->src.parts[0] : bytes.data();
+        if (!p.packed) {
+            ggml_backend_tensor_set(p.t, src, 0, ggml_nbytes(p.t));
+        } else if (p.t->type == GGML_TYPE_Q8_0) {
+            graph::pack_q8_0(src, p.t->data, p.t->ne[0], p.t->ne[1]);
         } else {
-            std::vector<uint8_t> bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
-            ggml_backend_tensor_set(p.t, bytes.data(), 0, bytes.size());
+            graph::pack_f16(src, p.t->data, p.t->ne[0], p.t->ne[1]);
         }
         for (size_t i = 0; i < p.e->src.parts.size(); ++i) f.release(p.e->src.parts[i], p.e->src.part_bytes[i]);
         progress.add(ggml_nbytes(p.t));

@@ -21,9 +21,12 @@ struct ApiError {
     std::string type = "invalid_request_error";
 };
 
+// OpenAI's error object.
+json error_json(const ApiError &e) { return {{"error", {{"message", e.message}, {"type", e.type}, {"code", e.status}}}}; }
+
 void send_error(httplib::Response &res, const ApiError &e) {
     res.status = e.status;
-    res.set_content(json{{"error", {{"message", e.message}, {"type", e.type}, {"code", e.status}}}}.dump(), "application/json");
+    res.set_content(error_json(e).dump(), "application/json");
 }
 
 void send_json(httplib::Response &res, const json &j) {
@@ -436,7 +439,7 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
         auto reply = [=] {
             const Event &ev = whole->last;
             if (ev.finish_reason == "error") {
-                return json{{"error", {{"message", ev.error}, {"type", "server_error"}, {"code", 500}}}};
+                return error_json({500, ev.error, "server_error"});
             }
             size_t offset = 0;
             const json content = chat ? json{{"role", "assistant"}, {"content", whole->text}} : json(whole->text);
@@ -493,7 +496,7 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
                 }
                 if (!ev.done) continue;
                 if (ev.finish_reason == "error") {
-                    send({{"error", {{"message", ev.error}, {"type", "server_error"}, {"code", 500}}}});
+                    send(error_json({500, ev.error, "server_error"}));
                 } else {
                     json last = chunk(chat ? json::object() : json(""), ev.finish_reason, ev.logprobs);
                     last["usage"] = usage(ev);

@@ -72,8 +72,7 @@ std::string stage_names(const std::vector<Stage> &order) {
 
 Sampler::Sampler(const SamplerParams &p) : p_(p) {
     seed_ = p.seed == 0xFFFFFFFFu ? std::random_device{}() : p.seed;
-    rng_.seed(seed_);
-    mu_ = 2.0f * p_.mirostat_tau;
+    reset();
 }
 
 void Sampler::reset() {

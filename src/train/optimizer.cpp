@@ -1,5 +1,7 @@
 #include "train/optimizer.h"
 
+#include "graph/custom_ops.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -7,10 +9,6 @@ namespace toy::train {
 namespace {
 
 // Elements [begin, end) of this thread's share.
-std::pair<int64_t, int64_t> share(int64_t n, int ith, int nth) {
-    const int64_t per = (n + nth - 1) / nth;
-    return {std::min(n, ith * per), std::min(n, (ith + 1) * per)};
-}
 
 void adamw_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     float *w = static_cast<float *>(dst->src[0]->data);
@@ -21,7 +19,7 @@ void adamw_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], eps = h[kEps], b1h = h[kBeta1Correction],
                 b2h = h[kBeta2Correction], gs = h[kGradScale];
     const float keep = 1.0f - lr * h[kWeightDecay];
-    const auto [begin, end] = share(ggml_nelements(dst->src[0]), ith, nth);
+    const auto [begin, end] = graph::thread_share(ggml_nelements(dst->src[0]), ith, nth);
     for (int64_t i = begin; i < end; ++i) {
         const float gi = g[i] * gs;
         m[i] = m[i] * b1 + gi * (1.0f - b1);
@@ -38,7 +36,7 @@ void sgd_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     float *g = static_cast<float *>(dst->src[1]->data);
     const float *h = static_cast<const float *>(dst->src[2]->data);
     const float lr = h[kLr], gs = h[kGradScale], keep = 1.0f - lr * h[kWeightDecay];
-    const auto [begin, end] = share(ggml_nelements(dst->src[0]), ith, nth);
+    const auto [begin, end] = graph::thread_share(ggml_nelements(dst->src[0]), ith, nth);
     for (int64_t i = begin; i < end; ++i) {
         w[i] = w[i] * keep - lr * g[i] * gs;
         g[i] = 0.0f;
