@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -321,4 +323,45 @@ TEST(Cli, DryCutsRepetitionInGreedyText) {
     const int plain = repeats(""), dry = repeats("--dry-multiplier 2");
     EXPECT_GT(plain, 20);  // the tiny model loops at temperature 0
     EXPECT_LT(dry, plain / 4);
+}
+
+TEST(Cli, GrammarAndJsonSchemaFlagsConstrainRunAndChat) {
+    const std::string echo = " Once upon a time";
+    auto generated = [&](const Result &r) {
+        EXPECT_EQ(r.code, 0) << r.err;
+        EXPECT_EQ(r.out.rfind(echo, 0), 0u) << r.out;
+        std::string g = r.out.substr(std::min(echo.size(), r.out.size()));
+        if (!g.empty() && g.back() == '\n') g.pop_back();
+        return g;
+    };
+    for (int seed = 1; seed <= 4; ++seed) {
+        const std::string g = generated(run_toy("run -m " + kStories + " -p 'Once upon a time' -n 20 --temp 1 -s " +
+                                                std::to_string(seed) + " --grammar 'root ::= \"yes\" | \"no\"'"));
+        EXPECT_TRUE(g == "yes" || g == "no") << g;
+    }
+    const std::string schema = R"({"type":"object","properties":{"hero":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":1,"maximum":99}},"required":["hero","age"]})";
+    toy::test::TempDir dir;
+    const std::string schema_file = dir.file("schema.json"), grammar_file = dir.file("list.gbnf");
+    std::ofstream(schema_file) << schema;
+    std::ofstream(grammar_file) << "root ::= (\"- \" [a-z]{1,6} \"\\n\"){2}\n";
+    for (const std::string &flag : {"-j '" + schema + "'", "--json-schema-file " + schema_file, "-jf " + schema_file}) {
+        const std::string g = generated(run_toy("run -m " + kStories + " -p 'Once upon a time' -n 200 --temp 1 -s 7 " + flag));
+        const auto value = nlohmann::ordered_json::parse(g, nullptr, false);
+        ASSERT_FALSE(value.is_discarded()) << flag << ": " << g;
+        EXPECT_TRUE(value["hero"].is_string() && value["age"].is_number_integer()) << g;
+        EXPECT_EQ(value.size(), 2u) << g;
+    }
+    const std::string list = generated(run_toy("run -m " + kStories + " -p 'Once upon a time' -n 50 --grammar-file " + grammar_file));
+    EXPECT_TRUE(std::regex_match(list, std::regex("(- [a-z]{1,6}\n){2}"))) << list;
+    // chat: the reply follows the schema
+    Result chat = run_toy("chat -m " + kStories + " --chat-template chatml -p 'Who is the hero?' -st -n 200 -s 3 -j '" + schema + "'");
+    ASSERT_EQ(chat.code, 0) << chat.err;
+    EXPECT_NE(chat.out.find("\"hero\""), std::string::npos) << chat.out;
+    // what cannot be used is one line naming the flag
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --grammar 'root ::= foo'"),
+                          "--grammar: grammar: rule 'foo' is used but never defined");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi -j '{\"type\": '"), "--json-schema: the schema is not JSON");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi -j '{\"not\": {}}'"), "--json-schema: json schema: unsupported keyword 'not'");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --grammar-file /nonexistent.gbnf"), "--grammar-file: cannot read '/nonexistent.gbnf'");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --grammar 'root ::= \"a\"' -j '{}'"), "give only one of --grammar");
 }

@@ -1,6 +1,7 @@
 // The HTTP API over the scheduler, in process: OpenAI-shaped replies,
 // server-sent events ending in [DONE], the API key, and bad requests answered
 // with OpenAI-style errors while a good request alongside them is served.
+#include "json_schema_check.h"
 #include "serve/api.h"
 #include "test_util.h"
 
@@ -296,4 +297,60 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
     EXPECT_EQ(missing->status, 404);
     other.join();
     EXPECT_EQ(good["usage"]["completion_tokens"], 40) << good.dump();
+}
+
+TEST(Server, ResponseFormatGrammarAndJsonSchemaConstrainTheReply) {
+    Server s;
+    auto c = s.client();
+    int status = 0;
+    // properties come out in the schema's order (zeta before alpha), whatever the JSON library does with keys
+    const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(R"({
+        "type": "object",
+        "properties": {"zeta": {"type": "string", "maxLength": 10}, "alpha": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["zeta", "alpha"]
+    })");
+    for (int seed = 1; seed <= 8; ++seed) {
+        nlohmann::ordered_json body = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+                                       {"max_tokens", 200}, {"temperature", 1.0}, {"seed", seed},
+                                       {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}};
+        json r = post(c, "/v1/chat/completions", body.dump(), &status);
+        ASSERT_EQ(status, 200) << r.dump();
+        EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+        const std::string content = r["choices"][0]["message"]["content"];
+        nlohmann::ordered_json value;
+        ASSERT_NO_THROW(value = nlohmann::ordered_json::parse(content)) << content;
+        EXPECT_EQ(test::json_schema_violation(schema, value), "") << content;
+        EXPECT_LT(content.find("\"zeta\""), content.find("\"alpha\"")) << content;
+    }
+    // any JSON object
+    json r = post(c, "/v1/chat/completions",
+                  R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 300, "seed": 5,
+                      "response_format": {"type": "json_object"}})", &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    if (r["choices"][0]["finish_reason"] == "stop") {
+        EXPECT_TRUE(json::parse(r["choices"][0]["message"]["content"].get<std::string>()).is_object()) << r.dump();
+    }
+    // llama-server's fields on the completions endpoint
+    r = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 20, "seed": 2, "grammar": "root ::= \"yes\" | \"no\""})", &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_TRUE(r["choices"][0]["text"] == "yes" || r["choices"][0]["text"] == "no") << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+    r = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 30, "seed": 2, "json_schema": {"enum": [1, 22, 333]}})", &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const json number = json::parse(r["choices"][0]["text"].get<std::string>(), nullptr, false);  // may end in a space
+    EXPECT_TRUE(number == 1 || number == 22 || number == 333) << r.dump();
+    // what cannot be honoured is a 400 that says why
+    const std::pair<const char *, const char *> bad[] = {
+        {R"({"prompt": "x", "grammar": "root ::= foo"})", "rule 'foo' is used but never defined"},
+        {R"({"prompt": "x", "grammar": 7})", "'grammar' must be a string"},
+        {R"({"prompt": "x", "json_schema": {"not": {"type": "string"}}})", "not"},
+        {R"({"prompt": "x", "grammar": "root ::= \"a\"", "json_schema": {}})", "at most one of"},
+        {R"({"prompt": "x", "response_format": {"type": "xml"}})", "'response_format' must be"},
+        {R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "needs {\"json_schema\""},
+    };
+    for (const auto &[body, message] : bad) {
+        r = post(c, "/v1/completions", body, &status);
+        EXPECT_EQ(status, 400) << body;
+        EXPECT_NE(r["error"]["message"].get<std::string>().find(message), std::string::npos) << r.dump();
+    }
 }

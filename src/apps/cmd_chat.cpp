@@ -7,6 +7,7 @@
 // starting with / are commands (/help lists them), never sent to the model.
 // -p (or -f) is the first message; -st ends after its reply.
 #include "apps/cli.h"
+#include "apps/constraint_flags.h"
 #include "apps/session_options.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -40,6 +41,7 @@ struct ChatOptions {
     std::string chat_template_file;
     std::string system_prompt;
     PromptFlags first;         // -p / -f: the first user message
+    ConstraintFlags constraint;  // every reply follows this grammar
     bool single_turn = false;  // -st: end after the first reply
     bool verbose = false;
 };
@@ -121,6 +123,7 @@ int run_chat(const ChatOptions &o) {
 
     auto model = o.model.load();
     const text::Vocab vocab = text::Vocab::load(model->file());
+    const std::shared_ptr<const text::Grammar> grammar = o.constraint.load(vocab);
     print_notes(vocab);
     std::string note;
     const text::ChatTemplate tmpl =
@@ -234,7 +237,7 @@ int run_chat(const ChatOptions &o) {
         // always holds exactly the history's text.
         const int64_t room = n_ctx - session.n_past();
         const int64_t limit = o.n_predict < 0 ? room : std::min<int64_t>(o.n_predict, room);
-        text::Generation gen(&vocab, sampler, {limit, false, {}});
+        text::Generation gen(&vocab, sampler, {limit, false, {}, false, grammar});
         std::string reply;
         const auto t_gen = Clock::now();
         while (!g_interrupted.load()) {
@@ -273,6 +276,7 @@ Command reg("chat", "Chat with a model in the terminal (multi-turn, keeps the KV
     o->model.add_to(app);
     app.add_option("-n,--n-predict", o->n_predict, "tokens per reply at most (-1: until end of turn or full context)");
     add_sampling_flags(app, o->sampling);
+    o->constraint.add_to(app);
     app.add_option("--chat-template", o->chat_template,
                    "built-in template (chatml, gemma, llama2, llama3, mistral, zephyr) or Jinja source; "
                    "default: the model's tokenizer.chat_template, else chatml");

@@ -1,5 +1,6 @@
 // toy run: prompt in, generated text (or token ids) out.
 #include "apps/cli.h"
+#include "apps/constraint_flags.h"
 #include "apps/session_options.h"
 #include "core/error.h"
 #include "text/generation.h"
@@ -21,6 +22,7 @@ namespace {
 struct RunOptions {
     ModelFlags model;
     PromptFlags input;
+    ConstraintFlags constraint;
     int n_predict = -1;
     text::SamplerParams sampling;
     bool json = false;
@@ -81,22 +83,22 @@ int run_generate(const RunOptions &o) {
 
     // prompt -> ids
     const bool as_ids = o.input.as_ids();
-    std::unique_ptr<text::Vocab> vocab;
-    std::vector<int32_t> prompt;
-    if (as_ids) {
-        prompt = o.input.ids();
-    } else {
+    std::unique_ptr<text::Vocab> vocab;  // for text, and for a grammar (which constrains text)
+    std::shared_ptr<const text::Grammar> grammar;
+    if (!as_ids || o.constraint.given()) {
         vocab = std::make_unique<text::Vocab>(text::Vocab::load(model->file()));
         print_notes(*vocab);
-        prompt = vocab->tokenize(o.input.text(), /*add_special=*/!o.no_bos, o.special);
+        grammar = o.constraint.load(*vocab);
     }
+    const std::vector<int32_t> prompt =
+        as_ids ? o.input.ids() : vocab->tokenize(o.input.text(), /*add_special=*/!o.no_bos, o.special);
     if (prompt.empty()) fail("the prompt is empty: nothing to continue from");
 
     Session session(*model, o.model.session_options());
     print_notes(session);
     const int64_t n_ctx = session.n_ctx();
     if ((int64_t)prompt.size() > n_ctx) fail("the prompt has {} tokens but the context holds {} (raise -c)", prompt.size(), n_ctx);
-    if ((o.interactive || o.interactive_first) && !vocab) fail("-i: interactive mode needs text, not --tokens");
+    if ((o.interactive || o.interactive_first) && as_ids) fail("-i: interactive mode needs text, not --tokens");
 
     text::Sampler sampler(vocab ? text::with_dry_breakers(o.sampling, *vocab) : o.sampling);
     for (int32_t t : prompt) sampler.accept(t);
@@ -108,7 +110,7 @@ int run_generate(const RunOptions &o) {
             std::fflush(stdout);
         }
     };
-    if (vocab) {
+    if (!as_ids) {
         // echo the prompt, as llama.cpp's completion tool does
         text::Detokenizer echo(*vocab, o.special);
         for (int32_t t : prompt) show(echo.push(t));
@@ -149,7 +151,7 @@ int run_generate(const RunOptions &o) {
                 break;
             }
         }
-        text::GenerationLimits limits{o.n_predict, o.ignore_eos, o.reverse, /*show_stop=*/true};
+        text::GenerationLimits limits{o.n_predict, o.ignore_eos, o.reverse, /*show_stop=*/true, grammar};
         text::Generation gen(vocab.get(), sampler, limits, o.special);
         const auto t_gen = Clock::now();
         int32_t unevaluated = -1;
@@ -161,7 +163,7 @@ int run_generate(const RunOptions &o) {
                 std::printf(generated.size() + gen.tokens().size() > 1 ? " %d" : "%d", st.token);
                 std::fflush(stdout);
             }
-            show(st.text);
+            if (!as_ids) show(st.text);
             if (st.done) {
                 unevaluated = st.token;
                 break;
@@ -172,7 +174,8 @@ int run_generate(const RunOptions &o) {
             }
         }
         gen_ms += ms_since(t_gen);
-        show(gen.flush());
+        const std::string tail = gen.flush();
+        if (!as_ids) show(tail);
         generated.insert(generated.end(), gen.tokens().begin(), gen.tokens().end());
         last_reason = gen.reason();
         if (!(o.interactive || o.interactive_first) || context_full) break;
@@ -187,7 +190,7 @@ int run_generate(const RunOptions &o) {
     const double tg_tps = generated.empty() ? 0.0 : generated.size() / (gen_ms / 1000.0);
     if (o.json) {
         nlohmann::json j;
-        if (vocab) j["text"] = all_text;
+        if (!as_ids) j["text"] = all_text;
         j["prompt_tokens"] = prompt;
         j["tokens"] = generated;
         j["seed"] = sampler.seed();
@@ -307,6 +310,7 @@ Command reg("run", "Generate text (or token ids) from a prompt", [](CLI::App &ap
     app.add_option("-n,--n-predict", o->n_predict, "tokens to generate (-1: until end of text or full context)")
         ->capture_default_str();
     add_sampling_flags(app, o->sampling);
+    o->constraint.add_to(app);
     app.add_flag("--json", o->json, "print one JSON object: text, token ids, timings");
     app.add_flag("--special", o->special, "parse and print special tokens (e.g. <|im_start|>)");
     app.add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-text tokens");

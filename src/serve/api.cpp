@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "serve/chat_page.h"
+#include "text/json_schema.h"
 
 #include <nlohmann/json.hpp>
 
@@ -167,6 +168,56 @@ std::vector<std::string> stops_of(const json &b) {
         return out;
     }
     throw ApiError{400, "'stop' must be a string or an array of strings"};
+}
+
+// Constrained output: llama-server's `grammar` (GBNF) and `json_schema`, and
+// OpenAI's response_format ({"type": "text"}, {"type": "json_object"} with an
+// optional "schema", {"type": "json_schema", "json_schema": {"schema": ...}}).
+// Schemas are read from the body again in document order: properties are
+// written in the order the schema gives them.
+std::shared_ptr<const text::Grammar> grammar_of(const httplib::Request &req, const json &b, const text::Vocab &vocab) {
+    const bool has_grammar = b.contains("grammar") && !b["grammar"].is_null();
+    const bool has_schema = b.contains("json_schema") && !b["json_schema"].is_null();
+    const bool has_format = b.contains("response_format") && !b["response_format"].is_null();
+    if (has_grammar + has_schema + has_format > 1) {
+        throw ApiError{400, "give at most one of 'grammar', 'json_schema' and 'response_format'"};
+    }
+    std::string gbnf;
+    try {
+        if (has_grammar) {
+            if (!b["grammar"].is_string()) throw ApiError{400, "'grammar' must be a string (GBNF)"};
+            gbnf = b["grammar"].get<std::string>();
+        } else if (has_schema || has_format) {
+            const nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body);
+            nlohmann::ordered_json schema;
+            bool any_object = false;
+            if (has_schema) {
+                schema = body["json_schema"];
+            } else {
+                const auto &f = body["response_format"];
+                const std::string type = f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
+                if (type == "text") return nullptr;
+                if (type == "json_object") {
+                    if (f.contains("schema")) schema = f["schema"];
+                    else any_object = true;
+                } else if (type == "json_schema") {
+                    if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema")) {
+                        throw ApiError{400, "response_format json_schema needs {\"json_schema\": {\"schema\": {...}}}"};
+                    }
+                    schema = f["json_schema"]["schema"];
+                } else {
+                    throw ApiError{400, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                                        "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {...}}}"};
+                }
+            }
+            gbnf = any_object ? text::json_object_gbnf() : text::json_schema_to_gbnf(schema);
+        } else {
+            return nullptr;
+        }
+        return text::Grammar::parse(gbnf, "root", &vocab);
+    } catch (const Error &e) {
+        throw ApiError{400, e.what()};
+    }
 }
 
 std::vector<text::Message> messages_of(const json &b) {
@@ -376,6 +427,7 @@ void Api::complete(const httplib::Request &req, httplib::Response &res, bool cha
     }
     r.limits.max_tokens = max_tokens;
     r.limits.ignore_eos = field<bool>(b, "ignore_eos", false, "true or false");  // llama-server's
+    r.limits.grammar = grammar_of(req, b, *vocab_);
     const bool stream = field<bool>(b, "stream", false, "true or false");
     // log-probabilities: chat's logprobs + top_logprobs, completions' logprobs N, llama-server's n_probs
     int n_logprobs = field<int>(b, "n_probs", -1, "an integer");

@@ -302,7 +302,13 @@ bool Scheduler::step() {
     for (size_t r = 0; r < row_slot.size(); ++r) {
         Slot &s = *row_slot[r];
         const std::span<const float> row{session_.logits().data() + r * V, (size_t)V};
-        const text::Step st = s.gen->next(row);
+        text::Step st;
+        try {
+            st = s.gen->next(row);
+        } catch (const Error &e) {
+            finish(s, "error", e.what());  // this request's own failure (a grammar no token can continue)
+            continue;
+        }
         if (st.token >= 0 && s.req.n_logprobs >= 0) s.logprobs.push_back(text::logprob_of(row, st.token, s.req.n_logprobs));
         if (!st.text.empty()) {
             Event piece;

@@ -1,5 +1,7 @@
 #include "text/generation.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -11,6 +13,27 @@ Generation::Generation(const Vocab *vocab, Sampler &sampler, GenerationLimits li
     : vocab_(vocab), sampler_(sampler), limits_(std::move(limits)) {
     if (vocab_) detok_ = std::make_unique<Detokenizer>(*vocab_, special);
     std::erase(limits_.stop, std::string());
+    if (limits_.grammar) {
+        if (!vocab_) fail("a grammar needs the model's vocabulary");
+        grammar_ = std::make_unique<GrammarState>(limits_.grammar);
+    }
+}
+
+int32_t Generation::sample_constrained(std::span<const float> logits) {
+    // mirostat adapts to each draw: draw once, from the allowed tokens
+    if (sampler_.params().mirostat == 0) {
+        const int32_t token = sampler_.sample(logits);
+        if (grammar_->allows(*vocab_, token) && !(limits_.ignore_eos && vocab_->is_eog(token))) return token;
+    }
+    grammar_->allowed_tokens(*vocab_, allowed_);
+    if (limits_.ignore_eos) {
+        for (int32_t id : vocab_->eog_ids())
+            if (id >= 0 && (size_t)id < allowed_.size()) allowed_[(size_t)id] = 0;
+    }
+    if (std::find(allowed_.begin(), allowed_.end(), 1) == allowed_.end()) {
+        fail("grammar: no token of the vocabulary can continue the output (after {} generated tokens)", tokens_.size());
+    }
+    return sampler_.sample(logits, &allowed_);
 }
 
 Step Generation::next(std::span<const float> logits) {
@@ -24,8 +47,14 @@ Step Generation::next(std::span<const float> logits) {
         st.done = true;
         return st;
     }
-    const int32_t token = sampler_.sample(logits);
+    if (grammar_ && grammar_->finished()) {
+        reason_ = StopReason::EndOfGeneration;  // the grammar allows nothing more
+        st.done = true;
+        return st;
+    }
+    const int32_t token = grammar_ ? sample_constrained(logits) : sampler_.sample(logits);
     sampler_.accept(token);
+    if (grammar_) grammar_->accept(*vocab_, token);
     if (vocab_ && !limits_.ignore_eos && vocab_->is_eog(token)) {
         reason_ = StopReason::EndOfGeneration;
         st.done = true;

@@ -6,6 +6,7 @@
 // drive one with a Session, the server one per sequence of a shared batch.
 #pragma once
 
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
 
@@ -25,6 +26,9 @@ struct GenerationLimits {
     bool ignore_eos = false;          // end-of-generation tokens are generated like any other
     std::vector<std::string> stop;    // text that ends generation; it is not part of the output
     bool show_stop = false;           // ... unless this is set (llama.cpp's reverse prompts are shown)
+    // The output must be a sentence of this grammar (needs a vocabulary):
+    // only tokens it allows are sampled, and generation ends when nothing more may follow.
+    std::shared_ptr<const Grammar> grammar;
 };
 
 // A generated token's log-probability under the model (log-softmax of its
@@ -63,6 +67,11 @@ public:
 private:
     // Text of `pending_` that no stop string can still claim, removed from it.
     std::string release();
+    // A token the grammar allows: the sampler's own choice when the grammar
+    // allows it (one cheap check; with plain temperature sampling this is
+    // rejection sampling, the same distribution as masking first), else a
+    // second draw among the allowed tokens only. llama.cpp does the same.
+    int32_t sample_constrained(std::span<const float> logits);
 
     const Vocab *vocab_;
     Sampler &sampler_;
@@ -71,6 +80,8 @@ private:
     std::string pending_;
     std::vector<int32_t> tokens_;
     StopReason reason_ = StopReason::None;
+    std::unique_ptr<GrammarState> grammar_;
+    std::vector<uint8_t> allowed_;
 };
 
 }  // namespace toy::text

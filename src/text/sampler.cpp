@@ -284,12 +284,13 @@ int32_t Sampler::mirostat(size_t n_vocab) {
     return id;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+int32_t Sampler::sample(std::span<const float> logits, const std::vector<uint8_t> *allowed) {
     cur_.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) cur_[i] = {(int32_t)i, logits[i], 0.0f};
     for (const auto &[id, bias] : p_.logit_bias) {
         if (id >= 0 && (size_t)id < cur_.size()) cur_[id].logit += bias;
     }
+    if (allowed) std::erase_if(cur_, [&](const Candidate &c) { return !(*allowed)[(size_t)c.id]; });
     if (p_.mirostat == 1 || p_.mirostat == 2) {
         temperature();
         return cur_.size() == 1 ? cur_[0].id : mirostat(logits.size());

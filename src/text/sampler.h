@@ -64,7 +64,9 @@ public:
     explicit Sampler(const SamplerParams &p);
 
     // Picks a token from logits[n_vocab]. Does not record it: call accept().
-    int32_t sample(std::span<const float> logits);
+    // With `allowed` (n_vocab flags), only the tokens flagged are candidates
+    // (at least one must be).
+    int32_t sample(std::span<const float> logits, const std::vector<uint8_t> *allowed = nullptr);
     // Records a token (prompt or generated) for the penalties.
     void accept(int32_t token);
     void reset();

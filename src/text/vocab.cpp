@@ -373,6 +373,10 @@ void Vocab::finish_special_tokens(const gguf::File &file) {
 
     pieces_.resize(tokens_.size());
     for (int32_t id = 0; id < n_tokens(); ++id) pieces_[id] = compute_piece(id);
+    by_piece_.clear();
+    for (int32_t id = 0; id < n_tokens(); ++id)
+        if (!piece_view(id).empty()) by_piece_.push_back(id);
+    std::sort(by_piece_.begin(), by_piece_.end(), [&](int32_t a, int32_t b) { return pieces_[a] < pieces_[b]; });
 
     // Whitespace stripping around special tokens, by model (not stored in GGUF).
     const std::string name = lowercase_ascii(file.opt_string("general.name").value_or(""));
@@ -669,7 +673,11 @@ std::string Vocab::compute_piece(int32_t id) const {
 
 std::string Vocab::token_to_piece(int32_t id, bool special) const {
     if (id < 0 || id >= n_tokens()) return "";
-    if (!special && (tokens_[id].attr & (kAttrUnknown | kAttrControl))) return "";
+    return special ? pieces_[id] : std::string(piece_view(id));
+}
+
+std::string_view Vocab::piece_view(int32_t id) const {
+    if (id < 0 || id >= n_tokens() || (tokens_[id].attr & (kAttrUnknown | kAttrControl))) return {};
     return pieces_[id];
 }
 

@@ -67,6 +67,11 @@ public:
     std::string detokenize(const std::vector<int32_t> &ids, bool special = false) const;
 
     int32_t n_tokens() const { return (int32_t)tokens_.size(); }
+    // token_to_piece(id) without a copy ("" for control and unknown tokens).
+    std::string_view piece_view(int32_t id) const;
+    // The ids whose piece_view is not empty, sorted by it (bytewise): tokens
+    // that share a prefix are neighbours (the grammar walks them so).
+    const std::vector<int32_t> &ids_by_piece() const { return by_piece_; }
     VocabType type() const { return type_; }
     const std::string &model_name() const { return model_; }  // tokenizer.ggml.model
     const std::string &pre_name() const { return pre_; }      // tokenizer.ggml.pre ("" for SPM)
@@ -132,6 +137,7 @@ private:
     StringMap merges_;  // key: 4-byte length of left, left, right
     std::vector<int32_t> specials_;                    // control/user-defined/unknown, longest text first
     std::vector<std::string> pieces_;                  // token_to_piece(id, special = true)
+    std::vector<int32_t> by_piece_;
 
     std::unique_ptr<BpeStyle> style_;
     std::unique_ptr<PreTokenizer> pre_tokenizer_;

@@ -1,0 +1,222 @@
+// GBNF grammars: parsing (llama.cpp's own example grammars included), whole
+// texts matched or refused, errors that name the line, and the token walk
+// the sampler relies on checked token by token against the plain definition.
+#include "gguf/gguf_reader.h"
+#include "test_util.h"
+#include "text/grammar.h"
+#include "text/vocab.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+using namespace toy;
+using text::Grammar;
+using text::GrammarState;
+
+namespace {
+
+std::string read_text(const std::filesystem::path &p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string bundle_grammar(const std::string &name) {
+    return read_text(std::filesystem::path(TOY_LLAMA_SOURCE_DIR) / "grammars" / name);
+}
+
+bool matches(const std::string &gbnf, const std::string &text) { return Grammar::parse(gbnf)->matches(text); }
+
+std::string parse_error(const std::string &gbnf) {
+    try {
+        Grammar::parse(gbnf);
+    } catch (const Error &e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST(Grammar, ParsesEveryExampleGrammarOfLlamaCpp) {
+    size_t n = 0;
+    for (const auto &entry : std::filesystem::directory_iterator(std::filesystem::path(TOY_LLAMA_SOURCE_DIR) / "grammars")) {
+        if (entry.path().extension() != ".gbnf") continue;
+        SCOPED_TRACE(entry.path().filename().string());
+        EXPECT_NO_THROW(Grammar::parse(read_text(entry.path())));
+        ++n;
+    }
+    EXPECT_GE(n, 8u);
+}
+
+TEST(Grammar, JsonExampleAcceptsJsonAndRefusesTheRest) {
+    auto g = Grammar::parse(bundle_grammar("json.gbnf"));
+    for (const char *ok : {R"({})", R"({"a": 1})", R"({"a": [1, 2.5, -3e4, true, null, "x\"y\u00e9"]})",
+                           "{\n  \"nested\": {\"k\": {}}\n}", R"({"caf\u00e9": "日本"})"}) {
+        EXPECT_TRUE(g->matches(ok)) << ok;
+    }
+    for (const char *bad : {R"([])", R"({"a": })", R"({"a" 1})", R"({"a": 01})", R"({"a": tru})", R"({)", "{\"a\": \"\x01\"}"}) {
+        EXPECT_FALSE(g->matches(bad)) << bad;
+    }
+}
+
+TEST(Grammar, OperatorsClassesAndEscapes) {
+    EXPECT_TRUE(matches(R"(root ::= "ab"*)", ""));
+    EXPECT_TRUE(matches(R"(root ::= "ab"*)", "ababab"));
+    EXPECT_FALSE(matches(R"(root ::= "ab"*)", "aba"));
+    EXPECT_FALSE(matches(R"(root ::= "ab"+)", ""));
+    EXPECT_TRUE(matches(R"(root ::= "x" "y"?)", "x"));
+    EXPECT_TRUE(matches(R"(root ::= "x" "y"?)", "xy"));
+    for (int n = 0; n <= 6; ++n) {
+        const std::string s(n, 'a');
+        EXPECT_EQ(matches(R"(root ::= [a]{2,4})", s), n >= 2 && n <= 4) << n;
+        EXPECT_EQ(matches(R"(root ::= [a]{3})", s), n == 3) << n;
+        EXPECT_EQ(matches(R"(root ::= [a]{3,})", s), n >= 3) << n;
+        EXPECT_EQ(matches(R"(root ::= [a]{0,2})", s), n <= 2) << n;
+    }
+    EXPECT_TRUE(matches(R"(root ::= [^"\\\n]+)", "hello world"));
+    EXPECT_FALSE(matches(R"(root ::= [^"\\\n]+)", "a\"b"));
+    EXPECT_TRUE(matches(R"(root ::= [a-cx-z0-9]+)", "abz09"));
+    EXPECT_FALSE(matches(R"(root ::= [a-cx-z0-9]+)", "abd"));
+    EXPECT_TRUE(matches(R"(root ::= "\x41\u00e9\U0001F600\t\n\\\"")", "A\xC3\xA9\xF0\x9F\x98\x80\t\n\\\""));
+    EXPECT_TRUE(matches(R"(root ::= . . .)", "a\xC3\xA9z"));
+    EXPECT_TRUE(matches(R"(root ::= [ぁ-ゟ]+)", "ひらがな"));
+    EXPECT_FALSE(matches(R"(root ::= [ぁ-ゟ]+)", "カタカナ"));
+    EXPECT_TRUE(matches("root ::= a | b\na ::= \"a\"  # comment\nb ::= (\n  \"b\"\n  | \"c\"\n)", "c"));
+    // a rule named like the grammar's own helper rules, defined after its use
+    EXPECT_TRUE(matches("root ::= (\"a\") root-1\nroot-1 ::= \"b\"", "ab"));
+    // a '|' may begin the next line of a rule
+    EXPECT_TRUE(matches("root ::= \"a\"\n     | \"b\"\n", "b"));
+    // repetition of something that can be empty, and right recursion, stay finite
+    EXPECT_TRUE(matches(R"(root ::= ("a"?)* "b")", "aab"));
+    EXPECT_TRUE(matches("root ::= \"(\" root \")\" | \"\"", "((()))"));
+    EXPECT_FALSE(matches("root ::= \"(\" root \")\" | \"\"", "(()"));
+}
+
+TEST(Grammar, ArithmeticExample) {
+    auto g = Grammar::parse(bundle_grammar("arithmetic.gbnf"));
+    EXPECT_TRUE(g->matches("1+2*(3-4)= 5\nx=y\n"));
+    EXPECT_FALSE(g->matches("1+*2=3\n"));
+}
+
+TEST(Grammar, ErrorsNameWhatAndWhere) {
+    EXPECT_NE(parse_error("root ::= foo").find("rule 'foo' is used but never defined (line 1, column 10)"), std::string::npos)
+        << parse_error("root ::= foo");
+    EXPECT_NE(parse_error("start ::= \"a\"").find("no rule named 'root'"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"a").find("unterminated string literal"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= [a-").find("unterminated character class"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"\\q\"").find("unknown escape '\\q'"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"a\"{3,1}").find("maximum is below the minimum"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= * \"a\"").find("nothing before it"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= (\"a\"").find("expected ')'"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"a\"\nroot ::= \"b\"").find("defined twice (line 2"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"a\" @").find("unexpected '@'"), std::string::npos);
+    EXPECT_NE(parse_error("root = \"a\"").find("expected '::='"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= <think>").find("needs the model's vocabulary"), std::string::npos);
+    const std::string left = parse_error("root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= [0-9]");
+    EXPECT_NE(left.find("rule 'expr' is left-recursive"), std::string::npos) << left;
+    EXPECT_NE(parse_error("root ::= a \"x\"\na ::= \"y\"? root").find("left-recursive"), std::string::npos);
+}
+
+namespace {
+
+struct VocabFile {
+    std::unique_ptr<gguf::File> file;
+    text::Vocab vocab;
+    explicit VocabFile(const std::string &path) : file(gguf::File::open(path)), vocab(text::Vocab::load(*file)) {}
+};
+
+// allowed_tokens (the sorted walk) against the plain definition: a token is
+// allowed when its text moves the state on, an end-of-generation token when
+// the output is complete.
+void expect_walk_matches_definition(const text::Vocab &vocab, const GrammarState &st) {
+    std::vector<uint8_t> allowed;
+    st.allowed_tokens(vocab, allowed);
+    size_t n_allowed = 0;
+    for (int32_t id = 0; id < vocab.n_tokens(); ++id) {
+        bool expect;
+        if (vocab.is_eog(id)) {
+            expect = st.complete();
+        } else {
+            GrammarState copy = st;
+            const std::string_view piece = vocab.piece_view(id);
+            expect = !piece.empty() && copy.accept_text(piece);
+        }
+        ASSERT_EQ(allowed[(size_t)id] != 0, expect) << "token " << id << " '" << vocab.token_to_piece(id) << "'";
+        EXPECT_EQ(st.allows(vocab, id), expect) << id;
+        n_allowed += expect;
+    }
+    EXPECT_GT(n_allowed, 0u);
+}
+
+}  // namespace
+
+TEST(Grammar, TokenWalkEqualsTheDefinitionOnByteLevelAndSpmVocabularies) {
+    for (const char *name : {"vocab/ggml-vocab-gpt-2.gguf", "vocab/ggml-vocab-llama-spm.gguf"}) {
+        SCOPED_TRACE(name);
+        VocabFile v(test::shared_path(std::string("models/") + name));
+        // (an SPM vocabulary puts a space before the first word)
+        std::string json = bundle_grammar("json.gbnf");
+        json.replace(json.find("::= object"), 10, "::= \" \"? object");
+        GrammarState st(Grammar::parse(json));
+        // walk a JSON text token by token, checking every state on the way
+        const std::vector<int32_t> ids = v.vocab.tokenize(R"({"name": "Zoë 日本", "n": [1, -2.5e3, true]})", false);
+        expect_walk_matches_definition(v.vocab, st);
+        for (int32_t id : ids) {
+            st.accept(v.vocab, id);
+            expect_walk_matches_definition(v.vocab, st);
+        }
+        EXPECT_TRUE(st.complete());
+        // a character class over multi-byte characters: tokens that end inside one
+        GrammarState cjk(Grammar::parse("root ::= \" \"? [ぁ-ゟ一-龯]+ \"。\""));
+        expect_walk_matches_definition(v.vocab, cjk);
+        for (int32_t id : v.vocab.tokenize("ひらがな日本", false)) cjk.accept(v.vocab, id);
+        expect_walk_matches_definition(v.vocab, cjk);
+    }
+}
+
+TEST(Grammar, AcceptRefusesATokenTheGrammarDoesNotAllow) {
+    VocabFile v(test::shared_path("models/vocab/ggml-vocab-gpt-2.gguf"));
+    GrammarState st(Grammar::parse(R"(root ::= "yes" | "no")"));
+    const std::vector<int32_t> maybe = v.vocab.tokenize("maybe", false);
+    try {
+        st.accept(v.vocab, maybe[0]);
+        FAIL() << "accepted";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("is not allowed after the output so far"), std::string::npos) << e.what();
+    }
+    for (int32_t id : v.vocab.tokenize("yes", false)) st.accept(v.vocab, id);
+    EXPECT_TRUE(st.finished());
+}
+
+TEST(Grammar, TokensByIdAndByText) {
+    VocabFile v(test::shared_path("models/vocab/ggml-vocab-llama-spm.gguf"));
+    const int32_t eos = v.vocab.eos();
+    // <[id]> matches that token whatever its text; !<[id]> any other token
+    auto g = Grammar::parse(fmt::format("root ::= \" a\" <[{}]> !<[{}]>", 13, 29900), "root", &v.vocab);
+    GrammarState st(g);
+    st.accept(v.vocab, v.vocab.tokenize("a", false).back());
+    std::vector<uint8_t> allowed;
+    st.allowed_tokens(v.vocab, allowed);
+    EXPECT_TRUE(allowed[13]);
+    st.accept(v.vocab, 13);
+    st.allowed_tokens(v.vocab, allowed);
+    EXPECT_FALSE(allowed[29900]);
+    EXPECT_TRUE(allowed[100]);
+    st.accept(v.vocab, 100);
+    EXPECT_TRUE(st.complete());
+    // by text: a control token spelled out
+    auto by_text = Grammar::parse("root ::= \"x\" </s>", "root", &v.vocab);
+    EXPECT_EQ(by_text->elements()[by_text->alternatives(by_text->root())[0] + 1].value, (uint32_t)eos);
+    try {
+        Grammar::parse("root ::= <two words>", "root", &v.vocab);
+        FAIL();
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("not one"), std::string::npos) << e.what();
+    }
+}
