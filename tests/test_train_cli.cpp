@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <spawn.h>
 #include <thread>
 
@@ -180,5 +181,74 @@ TEST(TrainCli, TracePrintsPerBlockStatisticsDuringTraining) {
     ASSERT_EQ(r.code, 0) << r.err;
     for (const char *name : {"attn_norm-0", "ffn_out-0", "l_out-0", "l_out-4", "result_output"}) {
         EXPECT_NE(r.err.find(std::string(" ") + name + " "), std::string::npos) << name;
+    }
+}
+
+// Issue 14's fault test: training killed with SIGKILL at random moments (in a
+// step, in the middle of writing a checkpoint or the log) resumes from the
+// newest intact checkpoint, and the finished run equals one never stopped:
+// the same loss curve (checkpoint and CSV log, one row per step) and the same
+// weights, with no temporary files left behind.
+TEST(TrainCli, SigkillAtRandomMomentsAlwaysResumesToTheSameRun) {
+    TempDir d;
+    const std::string data = write(d, "data.txt", stories(200));
+    auto args = [&](const std::string &tag) {
+        return std::vector<std::string>{"train", "-m", kStories, "-f", data, "--lora-rank", "4", "-c", "32", "-b", "64",
+                                        "--steps", "200", "-lr", "1e-3", "-t", "1", "-q", "-o", d.file(tag + ".gguf"),
+                                        "--checkpoint-dir", d.file(tag), "--checkpoint-every", "3", "--log", d.file(tag + ".csv")};
+    };
+    auto run_to_end = [&](std::vector<std::string> a) {
+        std::string s;
+        for (auto &x : a) s += toy::test::shell_quote(x) + " ";
+        return run_toy(s);
+    };
+    auto steps_and_losses = [](const std::string &csv) {
+        std::ifstream in(csv);
+        std::vector<std::string> rows;
+        for (std::string line; std::getline(in, line);) rows.push_back(line.substr(0, line.find(',', line.find(',', line.find(',') + 1) + 1)));
+        return rows;  // "step,epoch,loss" of every row
+    };
+    ASSERT_EQ(run_to_end(args("full")).code, 0);
+    const auto full_log = steps_and_losses(d.file("full.csv"));
+    ASSERT_EQ(full_log.size(), 201u);
+    auto full = toy::gguf::File::open(d.file("full/checkpoint-000200.gguf"));
+
+    auto has_checkpoint = [](const std::string &dir) {
+        if (!fs::exists(dir)) return false;
+        for (const auto &e : fs::directory_iterator(dir))
+            if (e.path().extension() == ".gguf") return true;
+        return false;
+    };
+    std::mt19937 rng(14);
+    for (int run = 0; run < 20; ++run) {
+        SCOPED_TRACE("run " + std::to_string(run));
+        const std::string tag = "cut" + std::to_string(run);
+        // killed once or twice, each time at a random moment of its own run
+        for (int kill_no = 0; kill_no < 1 + run % 2; ++kill_no) {
+            std::vector<std::string> a = args(tag);
+            if (has_checkpoint(d.file(tag))) {
+                a = {"train", "--resume", d.file(tag), "-t", "1", "-q", "-o", d.file(tag + ".gguf"), "--checkpoint-dir", d.file(tag),
+                     "--checkpoint-every", "3", "--log", d.file(tag + ".csv")};
+            }
+            pid_t pid = spawn_toy(a);
+            ASSERT_GT(pid, 0);
+            std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 500000)(rng)));
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+        }
+        // then resumed (or started again, if it died before its first checkpoint) to the end
+        auto done = has_checkpoint(d.file(tag)) ? run_toy("train --resume " + d.file(tag) + " -t 1 -q -o " + d.file(tag + ".gguf") + " --checkpoint-dir " +
+                                  d.file(tag) + " --log " + d.file(tag + ".csv"))
+                        : run_to_end(args(tag));
+        ASSERT_EQ(done.code, 0) << done.err;
+        auto cut = toy::gguf::File::open(d.file(tag + "/checkpoint-000200.gguf"));
+        EXPECT_EQ(full->get_float_array("toy.checkpoint.train_loss"), cut->get_float_array("toy.checkpoint.train_loss"));
+        for (const auto &t : full->tensors()) {
+            EXPECT_EQ(0, std::memcmp(full->tensor_data(t), cut->tensor_data(cut->tensor(t.name)), t.nbytes)) << t.name;
+        }
+        EXPECT_EQ(steps_and_losses(d.file(tag + ".csv")), full_log);
+        for (const auto &e : fs::directory_iterator(d.file(tag))) {
+            EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+        }
     }
 }

@@ -82,23 +82,24 @@ std::filesystem::path dir_of(const std::string &file) {
     return parent.empty() ? std::filesystem::path(".") : parent;
 }
 
-// Removes `<target>.tmp.<pid>.*` files whose process no longer runs.
-void remove_stale(const std::string &target) {
-    const std::string prefix = std::filesystem::path(target).filename().string() + ".tmp.";
+}  // namespace
+
+void remove_stale_temporaries(const std::string &dir, const std::function<bool(std::string_view target)> &owns) {
     std::error_code ec;
-    for (const auto &e : std::filesystem::directory_iterator(dir_of(target), ec)) {
+    for (const auto &e : std::filesystem::directory_iterator(dir, ec)) {
+        // <target>.tmp.<pid>.XXXXXX
         const std::string name = e.path().filename().string();
-        if (name.rfind(prefix, 0) != 0) continue;
-        const std::string rest = name.substr(prefix.size());
+        const size_t tmp = name.rfind(".tmp.");
+        if (tmp == std::string::npos || tmp == 0) continue;
+        const std::string rest = name.substr(tmp + 5);
         const size_t dot = rest.find('.');
-        if (dot == std::string::npos || dot == 0 || rest.find_first_not_of("0123456789") != dot) continue;
+        if (dot == std::string::npos || dot == 0 || rest.find_first_not_of("0123456789") != dot || rest.size() - dot != 7) continue;
+        if (!owns(std::string_view(name).substr(0, tmp))) continue;
         const pid_t pid = (pid_t)std::stol(rest.substr(0, dot));
         if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
         std::filesystem::remove(e.path(), ec);
     }
 }
-
-}  // namespace
 
 AtomicFile::AtomicFile(const std::string &target) : target_(target) {
     install_handlers();
@@ -159,7 +160,8 @@ void AtomicFile::commit() {
     path_.clear();
     if (slot_ >= 0) g_used[slot_].store(false);
     slot_ = -1;
-    remove_stale(target_);
+    const std::string name = std::filesystem::path(target_).filename().string();
+    remove_stale_temporaries(dir_of(target_).string(), [&](std::string_view t) { return t == name; });
     // Make the rename itself durable.
     const int dfd = ::open(dir_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {

@@ -6,10 +6,11 @@
 // in the process handles them (the signal then ends the process as before).
 // A temporary file left by a killed process (SIGKILL, a crash) is
 // recognised by its name and dead pid and removed by the next commit to the
-// same target.
+// same target (or by remove_stale_temporaries).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,12 @@ private:
     int slot_ = -1;  // in the signal handler's list of temporaries
     uint64_t written_ = 0;
 };
+
+// Removes the temporary files in `dir` that processes no longer running left
+// behind (`<target>.tmp.<pid>.XXXXXX`) for the targets `owns` accepts. Each
+// commit does this for its own target; a writer of many names (checkpoints)
+// calls it for all of them.
+void remove_stale_temporaries(const std::string &dir, const std::function<bool(std::string_view target)> &owns);
 
 // The whole file in one atomic write.
 void write_file_atomic(const std::string &path, std::string_view bytes);

@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "gguf/gguf_writer.h"
 
@@ -138,6 +139,8 @@ void prune_checkpoints(const std::string &dir, int keep) {
     }
     std::sort(found.begin(), found.end());
     for (size_t i = 0; i + keep < found.size(); ++i) fs::remove(found[i].second, ec);
+    // a checkpoint whose writer was killed is never written again under that name
+    remove_stale_temporaries(dir, [](std::string_view target) { return step_of(fs::path(target)) >= 0; });
 }
 
 }  // namespace toy::train

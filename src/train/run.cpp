@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -50,15 +51,29 @@ std::string duration(double s) {
     return t >= 3600 ? fmt::format("{}:{:02d}:{:02d}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02d}", t / 60, t % 60);
 }
 
-// The CSV log: one row per step; appended to when a run resumes.
+// The CSV log: one row per step. A resumed run keeps the rows up to the
+// checkpoint's step and goes on from there: rows written after that
+// checkpoint by a run that was killed (and a row cut off mid-line) are
+// dropped first, so every step has exactly one row.
 class CsvLog {
 public:
-    CsvLog(const std::string &path, bool append) : path_(path) {
+    CsvLog(const std::string &path, bool resume, int64_t resume_step) : path_(path) {
         if (path.empty()) return;
-        const bool exists = append && fs::exists(path);
+        const bool exists = resume && fs::exists(path);
+        if (exists) {
+            std::ifstream in(path, std::ios::binary);
+            std::string kept, line;
+            while (std::getline(in, line)) {
+                if (in.eof()) break;  // no newline: a row cut off by the kill
+                const bool header = kept.empty() && line.rfind("step,", 0) == 0;
+                if (!header && std::strtoll(line.c_str(), nullptr, 10) > resume_step) break;
+                kept += line + '\n';
+            }
+            write_file_atomic(path, kept);
+            header_done_ = !kept.empty();
+        }
         out_.open(path, exists ? std::ios::app : std::ios::trunc);
         if (!out_) fail("{}: cannot write the training log", path);
-        header_done_ = exists;
     }
     void row(int64_t step, int64_t epoch, const StepStats &st, double val, float lr, double tps, double elapsed) {
         if (path_.empty()) return;
@@ -263,7 +278,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
 
     // 4. The loop.
     if (!io.checkpoint_dir.empty()) fs::create_directories(io.checkpoint_dir);
-    CsvLog csv(io.log_csv, !resume.empty());
+    CsvLog csv(io.log_csv, !resume.empty(), st.step);
     auto save = [&](int64_t step) {
         if (io.checkpoint_dir.empty()) return;
         st.step = step;
