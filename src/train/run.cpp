@@ -88,6 +88,7 @@ public:
         for (auto &g : st.group_norms) out_ << fmt::format(",{:.6g}", g.second);
         out_ << fmt::format(",{:.1f},{:.3f}\n", tps, elapsed);
         out_.flush();
+        if (!out_) fail("{}: writing the training log failed (is the disk full?)", path_);
     }
 
 private:
