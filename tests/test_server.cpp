@@ -3,11 +3,18 @@
 // with OpenAI-style errors while a good request alongside them is served.
 #include "json_schema_check.h"
 #include "serve/api.h"
+#include "serve/connection_pool.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -353,4 +360,102 @@ TEST(Server, ResponseFormatGrammarAndJsonSchemaConstrainTheReply) {
         EXPECT_EQ(status, 400) << body;
         EXPECT_NE(r["error"]["message"].get<std::string>().find(message), std::string::npos) << r.dump();
     }
+}
+
+namespace {
+
+// A TCP connection to the server that writes what it is given, nothing more.
+struct RawClient {
+    int fd = -1;
+    explicit RawClient(int port) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, (sockaddr *)&a, sizeof a) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    ~RawClient() {
+        if (fd >= 0) close(fd);
+    }
+    bool send(const std::string &s) const { return fd >= 0 && ::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == (ssize_t)s.size(); }
+    std::string reply() const {
+        std::string out;
+        char buf[4096];
+        for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, (size_t)n);
+        return out;
+    }
+};
+
+}  // namespace
+
+// Issue 14's server faults on loopback: many clients that send their request
+// a byte at a time and never finish (slowloris, 100 of them: more than the
+// server's HTTP threads) and clients that send bytes that are not HTTP do not
+// keep a normal request from being served.
+TEST(Server, SlowAndMalformedClientsDoNotStopTheService) {
+    Server s;  // 8 HTTP threads to begin with
+    std::vector<std::unique_ptr<RawClient>> slow;
+    for (int i = 0; i < 100; ++i) {
+        slow.push_back(std::make_unique<RawClient>(s.port));
+        ASSERT_TRUE(slow.back()->send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")) << i;
+    }
+    std::atomic<bool> done{false};
+    std::thread drip([&] {
+        // a header byte from each, every 100 ms, until the normal request is answered
+        for (int tick = 0; !done && tick < 600; ++tick) {
+            for (auto &c : slow) c->send("X");
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the slow ones are connected and read from
+    for (const char *junk : {"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 TLS hello to a plain HTTP port\r\n\r\n",
+                             "GET\r\n\r\n", "NOT HTTP AT ALL \xff\xfe\r\n\r\n"}) {
+        RawClient bad(s.port);
+        ASSERT_TRUE(bad.send(junk));
+        shutdown(bad.fd, SHUT_WR);
+        const std::string reply = bad.reply();
+        EXPECT_TRUE(reply.empty() || reply.rfind("HTTP/1.1 400", 0) == 0) << reply;
+    }
+    auto c = s.client();
+    c.set_read_timeout(30, 0);
+    int status = 0;
+    json r = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})", &status);
+    done = true;
+    drip.join();
+    EXPECT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["usage"]["completion_tokens"], 8) << r.dump();
+}
+
+TEST(Server, ConnectionPoolGrowsWhenBusyAndShrinksWhenIdle) {
+    serve::ConnectionPool pool(2, 6, std::chrono::milliseconds(50));
+    EXPECT_EQ(pool.threads(), 2u);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false;
+    std::atomic<int> started{0}, finished{0};
+    for (int i = 0; i < 8; ++i) {
+        pool.enqueue([&] {
+            started++;
+            std::unique_lock lock(mu);
+            cv.wait(lock, [&] { return release; });
+            finished++;
+        });
+    }
+    for (int i = 0; i < 1000 && started < 6; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(started, 6);  // at most 6 at once; the other 2 wait their turn
+    EXPECT_EQ(pool.threads(), 6u);
+    {
+        std::lock_guard lock(mu);
+        release = true;
+    }
+    cv.notify_all();
+    for (int i = 0; i < 1000 && (finished < 8 || pool.threads() > 2); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(finished, 8);
+    EXPECT_EQ(pool.threads(), 2u);  // the extra threads ended once idle
+    pool.shutdown();
+    EXPECT_EQ(pool.threads(), 0u);
 }

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "serve/chat_page.h"
+#include "serve/connection_pool.h"
 #include "text/json_schema.h"
 
 #include <nlohmann/json.hpp>
@@ -311,8 +312,8 @@ bool same_key(const std::string &given, const std::string &expected) {
 
 Api::Api(ApiOptions opts) : opts_(std::move(opts)) {
     http_.set_payload_max_length(opts_.max_body);
-    const size_t n = std::max<size_t>(1, opts_.n_http_threads);
-    http_.new_task_queue = [n] { return new httplib::ThreadPool(n); };
+    const size_t n = std::max<size_t>(1, opts_.n_http_threads), most = std::max(n, opts_.max_connections);
+    http_.new_task_queue = [n, most] { return new ConnectionPool(n, most); };
     routes();
 }
 

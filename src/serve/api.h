@@ -27,6 +27,9 @@ struct ApiOptions {
     // the server needs one per sequence and per queued request, and a few
     // more for /health and /metrics (cpp-httplib's default is 8)
     size_t n_http_threads = 8;
+    // ... and when all of them are busy (slow clients) more start, up to
+    // this many connections served at once (ConnectionPool)
+    size_t max_connections = 1024;
     // A non-streaming reply not ready after this long is sent chunked with a
     // space every interval until it is: a client that went away is noticed
     // (its request stops) and proxies see a live connection.
