@@ -38,7 +38,7 @@ struct Server {
         SessionOptions so;
         so.n_ctx = n_ctx;
         so.n_threads = 2;
-        port = api.http().bind_to_any_port("127.0.0.1");
+        port = api.bind("127.0.0.1", 0);
         listener = std::thread([this] { api.http().listen_after_bind(); });
         sched = std::make_unique<serve::Scheduler>(*model, vocab, so,
                                                    serve::SchedulerOptions{.n_slots = n_slots, .max_queue = 4});

@@ -34,7 +34,7 @@ int run_serve(const ServeOptions &o) {
     ao.model_name = o.alias.empty() ? std::filesystem::path(o.model.model_path).filename().string() : o.alias;
     serve::Api api(ao);
     httplib::Server &http = api.http();
-    const int port = o.port == 0 ? http.bind_to_any_port(o.host) : (http.bind_to_port(o.host, o.port) ? o.port : -1);
+    const int port = api.bind(o.host, o.port);
     if (port < 0) fail("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
     std::thread listener([&] { http.listen_after_bind(); });
 

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -314,7 +316,17 @@ Api::Api(ApiOptions opts) : opts_(std::move(opts)) {
     http_.set_payload_max_length(opts_.max_body);
     const size_t n = std::max<size_t>(1, opts_.n_http_threads), most = std::max(n, opts_.max_connections);
     http_.new_task_queue = [n, most] { return new ConnectionPool(n, most); };
+    http_.set_socket_options([this](socket_t sock) {
+        httplib::default_socket_options(sock);
+        listen_fd_ = sock;
+    });
     routes();
+}
+
+int Api::bind(const std::string &host, int port) {
+    const int bound = port == 0 ? http_.bind_to_any_port(host) : (http_.bind_to_port(host, port) ? port : -1);
+    if (bound >= 0 && listen_fd_ >= 0) ::listen(listen_fd_, 1024);  // a listening socket takes a new backlog
+    return bound;
 }
 
 void Api::attach(const Model &model, const text::Vocab &vocab, const text::ChatTemplate &tmpl, Scheduler &sched) {

@@ -42,9 +42,15 @@ public:
     // Until attach(), every route but /health answers 503 ("loading").
     void attach(const Model &model, const text::Vocab &vocab, const text::ChatTemplate &tmpl, Scheduler &sched);
     httplib::Server &http() { return http_; }
+    // Binds the server to host:port (0: any free port) and returns the port,
+    // -1 when it cannot. Debian's cpp-httplib listens with a backlog of 5, so
+    // a burst of connections would wait a second each for SYN retries: the
+    // backlog is raised to 1024 here.
+    int bind(const std::string &host, int port);
 
 private:
     void routes();
+    int listen_fd_ = -1;  // the listening socket, seen when cpp-httplib creates it
     bool authorized(const httplib::Request &req, httplib::Response &res) const;
     void complete(const httplib::Request &req, httplib::Response &res, bool chat);
 
