@@ -1,0 +1,258 @@
+// Completion requests: the JSON body of /v1/completions and
+// /v1/chat/completions -> what the scheduler runs, every field checked (a
+// wrong type or value is a 400 that names the field).
+#include "serve/request.h"
+
+#include "core/error.h"
+#include "text/json_schema.h"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace toy::serve {
+
+using nlohmann::json;
+
+json parse_body(const std::string &body) {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded()) throw ApiError{400, "the request body is not valid JSON"};
+    if (!j.is_object()) throw ApiError{400, "the request body must be a JSON object"};
+    return j;
+}
+
+namespace {
+
+// OpenAI's {"token id": bias} or llama-server's [[id, bias], ...]; a bias of
+// false bans the token.
+std::vector<std::pair<int32_t, float>> logit_bias_of(const json &b, int32_t n_vocab) {
+    auto it = b.find("logit_bias");
+    if (it == b.end() || it->is_null()) return {};
+    std::vector<std::pair<int32_t, float>> out;
+    auto add = [&](const json &id, const json &bias) {
+        int64_t token = -1;
+        if (id.is_number_integer()) {
+            token = id.get<int64_t>();
+        } else if (id.is_string()) {
+            const std::string s = id.get<std::string>();
+            char *end = nullptr;
+            token = std::strtoll(s.c_str(), &end, 10);
+            if (s.empty() || *end) token = -1;
+        }
+        if (token < 0 || token >= n_vocab) {
+            throw ApiError{400, fmt::format("'logit_bias' keys must be token ids from 0 to {}, found {}", n_vocab - 1,
+                                            id.dump())};
+        }
+        if (bias.is_boolean() && !bias.get<bool>()) {
+            out.emplace_back((int32_t)token, -INFINITY);
+        } else if (bias.is_number()) {
+            out.emplace_back((int32_t)token, bias.get<float>());
+        } else {
+            throw ApiError{400, fmt::format("'logit_bias' values must be numbers (or false), found {}", bias.dump())};
+        }
+    };
+    if (it->is_object()) {
+        for (const auto &[id, bias] : it->items()) add(json(id), bias);
+    } else if (it->is_array()) {
+        for (const json &pair : *it) {
+            if (!pair.is_array() || pair.size() != 2) throw ApiError{400, "'logit_bias' pairs must be [token id, bias]"};
+            add(pair[0], pair[1]);
+        }
+    } else {
+        throw ApiError{400, "'logit_bias' must be an object of token id: bias"};
+    }
+    return out;
+}
+
+text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
+    text::SamplerParams p;
+    p.logit_bias = logit_bias_of(b, n_vocab);
+    // OpenAI's defaults where OpenAI has the field (temperature 1, no top-p /
+    // top-k / min-p), llama-server's names and defaults for the rest
+    const std::pair<const char *, float *> numbers[] = {
+        {"temperature", &p.temp},          {"top_p", &p.top_p},
+        {"min_p", &p.min_p},               {"presence_penalty", &p.presence_penalty},
+        {"frequency_penalty", &p.frequency_penalty}, {"repeat_penalty", &p.repeat_penalty},
+        {"typical_p", &p.typical_p},       {"top_n_sigma", &p.top_n_sigma},
+        {"xtc_probability", &p.xtc_probability}, {"xtc_threshold", &p.xtc_threshold},
+        {"dry_multiplier", &p.dry_multiplier}, {"dry_base", &p.dry_base},
+        {"mirostat_tau", &p.mirostat_tau}, {"mirostat_eta", &p.mirostat_eta},
+    };
+    p.temp = 1.0f;
+    p.top_p = 1.0f;
+    p.top_k = 0;
+    p.min_p = 0.0f;
+    p.dry_penalty_last_n = -1;
+    for (auto [name, dst] : numbers) *dst = field<float>(b, name, *dst, "a number");
+    const std::pair<const char *, int32_t *> integers[] = {
+        {"top_k", &p.top_k}, {"min_keep", &p.min_keep}, {"dry_allowed_length", &p.dry_allowed_length},
+        {"dry_penalty_last_n", &p.dry_penalty_last_n}, {"mirostat", &p.mirostat},
+    };
+    for (auto [name, dst] : integers) *dst = field<int32_t>(b, name, *dst, "an integer");
+    if (auto it = b.find("dry_sequence_breakers"); it != b.end() && !it->is_null()) {
+        if (!it->is_array()) throw ApiError{400, "'dry_sequence_breakers' must be an array of strings"};
+        p.dry_sequence_breakers.clear();
+        for (const json &s : *it) {
+            if (!s.is_string()) throw ApiError{400, "'dry_sequence_breakers' must be an array of strings"};
+            p.dry_sequence_breakers.push_back(s.get<std::string>());
+        }
+    }
+    if (p.mirostat < 0 || p.mirostat > 2) throw ApiError{400, fmt::format("'mirostat' must be 0, 1 or 2, found {}", p.mirostat)};
+    if (auto it = b.find("samplers"); it != b.end() && !it->is_null()) {
+        // llama-server's: an array of names, or one string of them
+        std::string names;
+        if (it->is_string()) {
+            names = it->get<std::string>();
+        } else if (it->is_array()) {
+            for (const json &n : *it) {
+                if (!n.is_string()) throw ApiError{400, "'samplers' must be an array of sampler names"};
+                if (!names.empty()) names += ';';
+                names += n.get<std::string>();
+            }
+        } else {
+            throw ApiError{400, "'samplers' must be an array of sampler names"};
+        }
+        try {
+            p.order = text::parse_stages(names);
+        } catch (const Error &e) {
+            throw ApiError{400, e.what()};
+        }
+    }
+    const int64_t seed = field<int64_t>(b, "seed", -1, "an integer");
+    if (seed >= 0) p.seed = (uint64_t)seed;
+    if (p.temp < 0) throw ApiError{400, fmt::format("'temperature' must be >= 0, found {}", p.temp)};
+    return p;
+}
+
+std::vector<std::string> stops_of(const json &b) {
+    auto it = b.find("stop");
+    if (it == b.end() || it->is_null()) return {};
+    if (it->is_string()) return {it->get<std::string>()};
+    std::vector<std::string> out;
+    if (it->is_array()) {
+        for (const auto &s : *it) {
+            if (!s.is_string()) throw ApiError{400, "'stop' must be a string or an array of strings"};
+            out.push_back(s.get<std::string>());
+        }
+        return out;
+    }
+    throw ApiError{400, "'stop' must be a string or an array of strings"};
+}
+
+// Constrained output: llama-server's `grammar` (GBNF) and `json_schema`, and
+// OpenAI's response_format ({"type": "text"}, {"type": "json_object"} with an
+// optional "schema", {"type": "json_schema", "json_schema": {"schema": ...}}).
+// Schemas are read from the body again in document order: properties are
+// written in the order the schema gives them.
+std::shared_ptr<const text::Grammar> grammar_of(const std::string &body_text, const json &b, const text::Vocab &vocab) {
+    const bool has_grammar = b.contains("grammar") && !b["grammar"].is_null();
+    const bool has_schema = b.contains("json_schema") && !b["json_schema"].is_null();
+    const bool has_format = b.contains("response_format") && !b["response_format"].is_null();
+    if (has_grammar + has_schema + has_format > 1) {
+        throw ApiError{400, "give at most one of 'grammar', 'json_schema' and 'response_format'"};
+    }
+    std::string gbnf;
+    try {
+        if (has_grammar) {
+            if (!b["grammar"].is_string()) throw ApiError{400, "'grammar' must be a string (GBNF)"};
+            gbnf = b["grammar"].get<std::string>();
+        } else if (has_schema || has_format) {
+            const nlohmann::ordered_json body = nlohmann::ordered_json::parse(body_text);
+            nlohmann::ordered_json schema;
+            bool any_object = false;
+            if (has_schema) {
+                schema = body["json_schema"];
+            } else {
+                const auto &f = body["response_format"];
+                const std::string type = f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
+                if (type == "text") return nullptr;
+                if (type == "json_object") {
+                    if (f.contains("schema")) schema = f["schema"];
+                    else any_object = true;
+                } else if (type == "json_schema") {
+                    if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema")) {
+                        throw ApiError{400, "response_format json_schema needs {\"json_schema\": {\"schema\": {...}}}"};
+                    }
+                    schema = f["json_schema"]["schema"];
+                } else {
+                    throw ApiError{400, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                                        "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {...}}}"};
+                }
+            }
+            gbnf = any_object ? text::json_object_gbnf() : text::json_schema_to_gbnf(schema);
+        } else {
+            return nullptr;
+        }
+        return text::Grammar::parse(gbnf, "root", &vocab);
+    } catch (const Error &e) {
+        throw ApiError{400, e.what()};
+    }
+}
+
+std::vector<text::Message> messages_of(const json &b) {
+    auto it = b.find("messages");
+    if (it == b.end() || !it->is_array() || it->empty()) throw ApiError{400, "'messages' must be a non-empty array"};
+    std::vector<text::Message> out;
+    for (const auto &m : *it) {
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+            throw ApiError{400, "each message must be an object with a string 'role'"};
+        }
+        const std::string role = m["role"];
+        if (role != "system" && role != "user" && role != "assistant" && role != "developer") {
+            throw ApiError{400, fmt::format("unknown role '{}': expected system, user or assistant", role)};
+        }
+        std::string content;
+        const json &c = m.contains("content") ? m["content"] : json();
+        if (c.is_string()) {
+            content = c.get<std::string>();
+        } else if (c.is_array()) {  // [{"type": "text", "text": ...}]
+            for (const auto &part : c) {
+                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+                    throw ApiError{400, "message content parts must be {\"type\": \"text\", \"text\": ...}"};
+                }
+                content += part["text"].get<std::string>();
+            }
+        } else {
+            throw ApiError{400, fmt::format("the content of a '{}' message must be a string", role)};
+        }
+        out.push_back({role == "developer" ? "system" : role, content});
+    }
+    return out;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion(const std::string &body, bool chat, const text::Vocab &vocab, const text::ChatTemplate &tmpl) {
+    const json b = parse_body(body);
+    CompletionRequest out;
+    Request &r = out.req;
+    r.sampling = sampling_of(b, vocab.n_tokens());
+    r.limits.stop = stops_of(b);
+    const int64_t max_tokens = field<int64_t>(b, chat ? "max_completion_tokens" : "max_tokens",
+                                              field<int64_t>(b, "max_tokens", -1, "an integer"), "an integer");
+    if (b.contains("max_tokens") && !b["max_tokens"].is_null() && max_tokens < 1) {
+        throw ApiError{400, fmt::format("'max_tokens' must be at least 1, found {}", max_tokens)};
+    }
+    r.limits.max_tokens = max_tokens;
+    r.limits.ignore_eos = field<bool>(b, "ignore_eos", false, "true or false");  // llama-server's
+    r.limits.grammar = grammar_of(body, b, vocab);
+    out.stream = field<bool>(b, "stream", false, "true or false");
+    // log-probabilities: chat's logprobs + top_logprobs, completions' logprobs N, llama-server's n_probs
+    int n_logprobs = field<int>(b, "n_probs", -1, "an integer");
+    if (chat) {
+        if (field<bool>(b, "logprobs", false, "true or false")) n_logprobs = field<int>(b, "top_logprobs", 0, "an integer");
+    } else {
+        n_logprobs = field<int>(b, "logprobs", n_logprobs, "an integer");
+    }
+    if (n_logprobs > 20) throw ApiError{400, fmt::format("at most 20 top log-probabilities, found {}", n_logprobs)};
+    r.n_logprobs = n_logprobs < 0 ? -1 : n_logprobs;
+    if (chat) {
+        r.prompt = text::tokenize_rendered(vocab, tmpl.render(messages_of(b), true));
+    } else {
+        auto it = b.find("prompt");
+        if (it == b.end() || !it->is_string()) throw ApiError{400, "'prompt' must be a string"};
+        r.prompt = vocab.tokenize(it->get<std::string>(), true, false);
+    }
+    return out;
+}
+
+}  // namespace toy::serve

@@ -1,0 +1,49 @@
+// Parsing the server's requests (serve/api.cpp answers them): kept apart so
+// the parser can be tested and fuzzed without a socket.
+#pragma once
+
+#include "serve/scheduler.h"
+#include "text/chat_template.h"
+#include "text/vocab.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace toy::serve {
+
+// An error the client caused (or the server's state): status and OpenAI's error type.
+struct ApiError {
+    int status;
+    std::string message;
+    std::string type = "invalid_request_error";
+};
+
+// The body as a JSON object (else a 400).
+nlohmann::json parse_body(const std::string &body);
+
+// body[key] if present, as T, else `fallback`; a value of another type is an error naming the key
+template <typename T>
+T field(const nlohmann::json &body, const char *key, T fallback, const char *expected) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
+                    : std::is_same_v<T, std::string> ? it->is_string()
+                    : std::is_integral_v<T>          ? it->is_number_integer()
+                                                     : it->is_number();
+    if (!ok) throw ApiError{400, fmt::format("'{}' must be {}, found {}", key, expected, it->type_name())};
+    return it->get<T>();
+}
+
+struct CompletionRequest {
+    Request req;
+    bool stream = false;
+};
+
+// A completion (chat: the messages through the chat template) request's body.
+// Throws ApiError for what the client got wrong.
+CompletionRequest parse_completion(const std::string &body, bool chat, const text::Vocab &vocab, const text::ChatTemplate &tmpl);
+
+}  // namespace toy::serve
