@@ -65,6 +65,28 @@ await check("completions.create, with and without stream", async () => {
   assert.equal(text, r.choices[0].text);
 });
 
+await check("response_format json_schema: the reply is JSON valid under the schema, keys in its order", async () => {
+  const schema = {
+    type: "object",
+    properties: { title: { type: "string", maxLength: 20 }, pages: { type: "integer", minimum: 1, maximum: 999 } },
+    required: ["title", "pages"],
+    additionalProperties: false,
+  };
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({
+      model: "any", messages, max_tokens: 200, temperature: 1, seed,
+      response_format: { type: "json_schema", json_schema: { name: "book", strict: true, schema } },
+    });
+    assert.equal(r.choices[0].finish_reason, "stop");
+    const content = r.choices[0].message.content;
+    const book = JSON.parse(content);
+    assert.deepEqual(Object.keys(book), ["title", "pages"]);
+    assert.equal(typeof book.title, "string");
+    assert.ok(book.title.length <= 20, content);
+    assert.ok(Number.isInteger(book.pages) && book.pages >= 1 && book.pages <= 999, content);
+  }
+});
+
 await check("a wrong key is an AuthenticationError (401)", async () => {
   const bad = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(bad.models.list(), (e) => e.status === 401 && e instanceof OpenAI.AuthenticationError);
