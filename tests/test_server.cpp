@@ -394,9 +394,9 @@ struct RawClient {
 
 // Issue 14's server faults on loopback: many clients that send their request
 // a byte at a time and never finish (slowloris, 100 of them: more than the
-// server's HTTP threads) and clients that send bytes that are not HTTP do not
-// keep a normal request from being served.
-TEST(Server, SlowAndMalformedClientsDoNotStopTheService) {
+// server's HTTP threads), clients that send bytes that are not HTTP and one
+// with an oversized header do not keep a normal request from being served.
+TEST(Server, SlowMalformedAndOversizedClientsDoNotStopTheService) {
     Server s;  // 8 HTTP threads to begin with
     std::vector<std::unique_ptr<RawClient>> slow;
     for (int i = 0; i < 100; ++i) {
@@ -419,6 +419,14 @@ TEST(Server, SlowAndMalformedClientsDoNotStopTheService) {
         shutdown(bad.fd, SHUT_WR);
         const std::string reply = bad.reply();
         EXPECT_TRUE(reply.empty() || reply.rfind("HTTP/1.1 400", 0) == 0) << reply;
+    }
+    {
+        // an oversized header line is refused (the server may close before it is all sent)
+        RawClient big(s.port);
+        big.send("GET /health HTTP/1.1\r\nX-Big: " + std::string(100000, 'a') + "\r\n\r\n");
+        shutdown(big.fd, SHUT_WR);
+        const std::string reply = big.reply();
+        EXPECT_TRUE(reply.empty() || reply.rfind("HTTP/1.1 400", 0) == 0) << reply.substr(0, 80);
     }
     auto c = s.client();
     c.set_read_timeout(30, 0);
