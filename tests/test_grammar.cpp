@@ -118,6 +118,9 @@ TEST(Grammar, ErrorsNameWhatAndWhere) {
     EXPECT_NE(parse_error("root ::= \"a\" @").find("unexpected '@'"), std::string::npos);
     EXPECT_NE(parse_error("root = \"a\"").find("expected '::='"), std::string::npos);
     EXPECT_NE(parse_error("root ::= <think>").find("needs the model's vocabulary"), std::string::npos);
+    // fuzz finding: an id beyond 64 bits was taken as -1 (and indexed the token mask)
+    EXPECT_NE(parse_error("root ::= <[" + std::string(80, '6') + "]>").find("token id too large"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= <[4294967295]>").find("token id too large"), std::string::npos);
     const std::string left = parse_error("root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= [0-9]");
     EXPECT_NE(left.find("rule 'expr' is left-recursive"), std::string::npos) << left;
     EXPECT_NE(parse_error("root ::= a \"x\"\na ::= \"y\"? root").find("left-recursive"), std::string::npos);

@@ -430,3 +430,13 @@ TEST(JsonSchema, CheckerReportsTheFirstViolation) {
     EXPECT_NE(json_schema_violation(tree, ordered_json::parse(R"({"kids": [{"kids": [1]}]})")).find("/kids/0/kids/0"),
               std::string::npos);
 }
+
+TEST(JsonSchema, ABraceThatIsNoQuantifierIsText) {
+    // fuzz finding: after a class, an unterminated "{2555555" (text, as in
+    // JavaScript) left a repetition count of a million behind in the grammar
+    auto g = toy::text::Grammar::parse(
+        toy::text::json_schema_to_gbnf(nlohmann::ordered_json::parse(R"({"type": "string", "pattern": "^[a-z]{2555555"})")));
+    EXPECT_TRUE(g->matches(R"("q{2555555")"));
+    EXPECT_FALSE(g->matches(R"("qq{2555555")"));
+    EXPECT_FALSE(g->matches(R"("q")"));
+}

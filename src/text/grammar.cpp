@@ -277,7 +277,9 @@ private:
             if (pos_ == digits || pos_ + 1 >= src_.size() || src_.substr(pos_, 2) != "]>") {
                 error(at, "expected a token id like <[123]>");
             }
-            std::from_chars(src_.data() + digits, src_.data() + pos_, id);
+            if (std::from_chars(src_.data() + digits, src_.data() + pos_, id).ec != std::errc() || id > INT32_MAX) {
+                error(at, "token id too large");
+            }
             pos_ += 2;
             if (vocab_ && id >= vocab_->n_tokens()) {
                 error(at, fmt::format("token id {} is outside the vocabulary (0..{})", id, vocab_->n_tokens() - 1));
@@ -294,7 +296,6 @@ private:
             if (ids.size() != 1) error(at, fmt::format("<{}> is {} tokens in this vocabulary, not one", text, ids.size()));
             id = ids[0];
         }
-        if (id > INT32_MAX) error(at, "token id too large");
         return {negated ? Kind::NotToken : Kind::Token, (uint32_t)id};
     }
 
@@ -723,7 +724,7 @@ void GrammarState::allowed_tokens(const Vocab &vocab, std::vector<uint8_t> &allo
     for (int32_t s : c.sets[set_]) {
         if (s < 0) continue;
         const Element e = grammar_->elements()[c.nodes[s].pos];
-        if (e.kind == Kind::Token && (int32_t)e.value < vocab.n_tokens()) allowed[e.value] = 1;
+        if (e.kind == Kind::Token && e.value < allowed.size()) allowed[e.value] = 1;
         if (e.kind == Kind::NotToken) {
             for (size_t id = 0; id < allowed.size(); ++id)
                 if (id != e.value) allowed[id] = 1;

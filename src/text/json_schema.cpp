@@ -446,7 +446,8 @@ private:
     }
 
     // Reads {m}, {m,}, {m,n} at offset `i` without consuming; false if there is none.
-    bool braces(size_t i, int64_t &min, int64_t &max, size_t &end) const {
+    bool braces(size_t i, int64_t &min_out, int64_t &max_out, size_t &end) const {
+        int64_t min = 0, max = 0;  // written out only when the braces are a quantifier
         if (i >= p_.size() || p_[i] != '{') return false;
         size_t j = i + 1;
         auto number = [&](int64_t &v) {
@@ -466,6 +467,8 @@ private:
         }
         if (j >= p_.size() || p_[j] != '}') return false;
         end = j + 1;
+        min_out = min;
+        max_out = max;
         return true;
     }
 
