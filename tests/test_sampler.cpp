@@ -296,3 +296,23 @@ TEST(Sampler, DryPenalizesTheTokenThatWouldRepeatASequence) {
     // off by default
     EXPECT_EQ(logits_after(only(1.0f), {1, 2, 3, 4, 1, 2, 3})[4], 0.0f);
 }
+
+TEST(Sampler, MirostatWithAWildLearningRateStaysInTheVocabulary) {
+    // fuzz finding: --mirostat 1 --mirostat-lr 5.1 --mirostat-ent 5 drove mu
+    // so far that k overflowed an int (undefined behaviour)
+    std::vector<float> l(384);
+    for (size_t i = 0; i < l.size(); ++i) l[i] = (float)((i * 37) % 11) - 5.0f;
+    for (int version : {1, 2}) {
+        SamplerParams p = only(1.0f);
+        p.mirostat = version;
+        p.mirostat_eta = 5.1f;
+        p.mirostat_tau = 5.0f;
+        p.seed = 3;
+        Sampler s(p);
+        for (int i = 0; i < 200; ++i) {
+            const int t = s.sample(l);
+            ASSERT_GE(t, 0);
+            ASSERT_LT(t, (int)l.size());
+        }
+    }
+}

@@ -269,7 +269,9 @@ int32_t Sampler::mirostat(size_t n_vocab) {
         }
         const double s_hat = sum_ti_bi / sum_ti_sq;
         const double eps = s_hat - 1;
-        const double k = std::pow(eps * std::pow(2.0, mu_) / (1 - std::pow((double)n_vocab, -eps)), 1 / s_hat);
+        double k = std::pow(eps * std::pow(2.0, mu_) / (1 - std::pow((double)n_vocab, -eps)), 1 / s_hat);
+        // a large learning rate drives mu (and k) anywhere, NaN included: keep k a token count
+        if (!(k < (double)n_vocab)) k = (double)n_vocab;
         top_k(std::max(1, (int)k));
     } else {
         size_t keep = 0;
