@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 MODEL ?= models/toy-stories.gguf
 
-.PHONY: all deps configure build run test test-asan test-tsan clean default-model
+.PHONY: all deps configure build run test test-asan test-tsan fuzz clean default-model
 
 all: build
 
@@ -53,6 +53,14 @@ test-tsan:
 	cmake --build build-tsan -j $(JOBS) --target toy_tests toy
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Parity.*Sequences'
+
+# libFuzzer targets (fuzz/README.md) under ASan + UBSan in build-fuzz/, one
+# after another, FUZZ_SECONDS each (FUZZ_TARGETS: a subset; FUZZ_RUNS=N runs
+# each for N executions instead). Not part of `make test`.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz:
+	FUZZ_RUNS=$(FUZZ_RUNS) scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 default-model: build
 	scripts/make-default-model.sh

@@ -54,6 +54,8 @@ TEST(MetadataRanges, EveryBadValueIsOneLineNamingItsKey) {
         {granite, "granite.residual_scale", gguf::Value::f32(-1.0f), "residual_scale"},
         {granite, "granite.embedding_scale", gguf::Value::f32(nan), "embedding_scale"},
         {moe, "llama.expert_used_count", gguf::Value::u32(99), "expert_used_count"},
+        // fuzz finding: two billion blocks were sized (gigabytes) before any tensor was looked for
+        {llama, "llama.block_count", gguf::Value::u32(2000000000), "block_count"},
         {llama, "tokenizer.ggml.tokens", gguf::Value::str_array({"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}),
          "tokenizer.ggml.tokens"},
     };

@@ -168,6 +168,11 @@ Config Config::from_gguf(const gguf::File &f) {
 
     c.n_embd = positive("embedding_length");
     c.n_layer = positive("block_count");
+    // every block has tensors of its own: a count the file cannot hold is a lie
+    // (caught before anything is sized by it; toy init's metadata-only probe has none)
+    if (!f.tensors().empty() && (size_t)c.n_layer > f.tensors().size()) {
+        fail("{}: key '{}block_count': {} blocks, but the file holds only {} tensors", f.path(), p, c.n_layer, f.tensors().size());
+    }
     c.n_head = positive("attention.head_count");
     c.n_head_kv = f.opt_int(key("attention.head_count_kv")).value_or(c.n_head);
     if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) {

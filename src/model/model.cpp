@@ -221,6 +221,9 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         fail("weight type {}: toy can requantize weights to q8_0 only", ggml_type_name(opts.weight_type));
     }
 
+    if ((size_t)c.n_layer > f.tensors().size()) {
+        fail("{}: {} blocks, but the file holds only {} tensors", path, c.n_layer, f.tensors().size());
+    }
     std::vector<TensorSpec> specs = tensor_specs(c, &m->w_);
     ggml_init_params ip{(specs.size() + 8) * ggml_tensor_overhead(), nullptr, true};
     m->ctx_ = ggml_init(ip);

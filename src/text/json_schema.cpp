@@ -876,10 +876,11 @@ private:
         // keywords that constrain (not annotations), for "beside" checks
         auto others = [&](std::initializer_list<const char *> except) {
             Json out = Json::object();
-            for (const auto &[k, v] : s.items()) {
+            for (const auto &item : s.items()) {
+                const std::string &k = item.key();  // a plain variable: clang before 16 cannot capture a binding
                 if (kAnnotations.count(k)) continue;
                 if (std::any_of(except.begin(), except.end(), [&](const char *e) { return k == e; })) continue;
-                out[k] = v;
+                out[k] = item.value();
             }
             return out;
         };

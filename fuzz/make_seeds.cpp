@@ -1,0 +1,61 @@
+// make_seeds OUT_DIR: the seeds no fixture holds as a small file, written
+// with toy's own code into OUT_DIR/<target>/:
+//   fuzz_gguf:       a tiny random model of every architecture (F32), and an F16 llama
+//   fuzz_checkpoint: a checkpoint of each tiny trainable model (full, LoRA, per-head LoRA)
+//   fuzz_adapter:    the LoRA adapters those models export
+// (scripts/fuzz.sh runs it before fuzzing.)
+#include "fuzz_common.h"
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/trainable.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+using namespace toy;
+namespace fs = std::filesystem;
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: make_seeds OUT_DIR\n");
+        return 2;
+    }
+    fuzz::quiet_ggml();
+    const fs::path out = argv[1];
+    for (const char *t : {"fuzz_gguf", "fuzz_checkpoint", "fuzz_adapter"}) fs::create_directories(out / t);
+    try {
+        for (const std::string &arch : supported_architectures()) {
+            try {
+                fs::copy_file(fuzz::tiny_model(arch), out / "fuzz_gguf" / ("tiny-" + arch + ".gguf"),
+                              fs::copy_options::overwrite_existing);
+            } catch (const Error &e) {
+                std::fprintf(stderr, "make_seeds: no tiny %s model: %s\n", arch.c_str(), e.what());
+            }
+        }
+        fs::copy_file(fuzz::tiny_model("llama", true), out / "fuzz_gguf" / "tiny-llama.f16.gguf",
+                      fs::copy_options::overwrite_existing);
+
+        auto base = Model::load(fuzz::tiny_model("llama"), train::trainable_load_options());
+        for (int k = 0; k < fuzz::kTrainableKinds; ++k) {
+            auto m = fuzz::tiny_trainable(*base, k);
+            train::CheckpointState st;
+            st.step = 2;
+            st.train_loss = {5.5f, 5.25f};
+            st.val_steps = {2};
+            st.val_loss = {5.4f};
+            st.data_hash = 0x1234;
+            st.settings = {{"lr", 0.001}, {"n_ctx", 32}, {"mode", k == 0 ? "full" : "lora"}};
+            const std::string name = "kind" + std::to_string(k) + ".gguf";
+            train::save_checkpoint((out / "fuzz_checkpoint" / name).string(), m->params(), st);
+            if (k > 0) m->write((out / "fuzz_adapter" / name).string());
+        }
+    } catch (const Error &e) {
+        std::fprintf(stderr, "make_seeds: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
