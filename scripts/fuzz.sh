@@ -8,7 +8,7 @@
 #
 # Targets: fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_sampler_params
 # fuzz_train_data fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema
-# (a name without the fuzz_ prefix works too).
+# fuzz_request (a name without the fuzz_ prefix works too).
 #
 # In build-fuzz/: corpus/<target> (kept between runs, grows), seeds/<target>
 # (rebuilt each time from the fixtures, fuzz/seeds and the llama.cpp bundle),
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${FUZZ_BUILD:-build-fuzz}
 ALL=(fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_sampler_params fuzz_train_data
-     fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema)
+     fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema fuzz_request)
 
 SECONDS_PER_TARGET=60
 if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then SECONDS_PER_TARGET=$1; shift; fi

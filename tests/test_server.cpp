@@ -280,6 +280,8 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
              Bad{"/v1/completions", "{not json", 400, "not valid JSON"},
              Bad{"/v1/completions", R"({"prompt": 7})", 400, "'prompt' must be a string"},
              Bad{"/v1/completions", R"({"prompt": "x", "max_tokens": 0})", 400, "at least 1"},
+             Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -5})", 400,
+                 "'max_completion_tokens' must be at least 1"},
              Bad{"/v1/completions", R"({"prompt": "x", "temperature": "hot"})", 400, "'temperature' must be a number"},
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "unknown role 'wizard'"},
              Bad{"/v1/chat/completions", R"({"messages": []})", 400, "non-empty array"},

@@ -227,10 +227,12 @@ CompletionRequest parse_completion(const std::string &body, bool chat, const tex
     Request &r = out.req;
     r.sampling = sampling_of(b, vocab.n_tokens());
     r.limits.stop = stops_of(b);
-    const int64_t max_tokens = field<int64_t>(b, chat ? "max_completion_tokens" : "max_tokens",
-                                              field<int64_t>(b, "max_tokens", -1, "an integer"), "an integer");
-    if (b.contains("max_tokens") && !b["max_tokens"].is_null() && max_tokens < 1) {
-        throw ApiError{400, fmt::format("'max_tokens' must be at least 1, found {}", max_tokens)};
+    // chat's max_completion_tokens, else max_tokens (the older name)
+    const bool newer = chat && b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null();
+    const char *limit_key = newer ? "max_completion_tokens" : "max_tokens";
+    const int64_t max_tokens = field<int64_t>(b, limit_key, -1, "an integer");
+    if (b.contains(limit_key) && !b[limit_key].is_null() && max_tokens < 1) {
+        throw ApiError{400, fmt::format("'{}' must be at least 1, found {}", limit_key, max_tokens)};
     }
     r.limits.max_tokens = max_tokens;
     r.limits.ignore_eos = field<bool>(b, "ignore_eos", false, "true or false");  // llama-server's
