@@ -267,6 +267,8 @@ TEST(Cli, SamplerFlagsAsLlamaCpp) {
     Result banned = run_toy("run -m " + kStories + " -p Once -n 3 --temp 0 --json --logit-bias " + std::to_string(first) + "-inf");
     EXPECT_NE(nlohmann::json::parse(banned.out)["tokens"][0], first);
     expect_one_line_error(run_toy(base + "-l 300*2"), "TOKEN+BIAS");
+    // fuzz finding: an id past 64 bits escaped as std::out_of_range
+    expect_one_line_error(run_toy(base + "-l " + std::string(40, '6') + "+1"), "token id " + std::string(40, '6') + " is out of range");
     expect_one_line_error(run_toy(base + "--samplers 'top_k;wat'"), "'wat'");
     expect_one_line_error(run_toy(base + "--mirostat 3"), "mirostat");
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -297,8 +298,10 @@ std::pair<int32_t, float> parse_logit_bias(const std::string &v) {
         used = 0;
     }
     if (used != num.size()) fail("--logit-bias: expected a number after '{}' in '{}'", v[i], v);
-    const long long id = std::stoll(v.substr(0, i));
-    if (id > INT32_MAX) fail("--logit-bias: token id {} is out of range", id);
+    int64_t id = 0;
+    if (std::from_chars(v.data(), v.data() + i, id).ec != std::errc() || id > INT32_MAX) {
+        fail("--logit-bias: token id {} is out of range", v.substr(0, i));
+    }
     return {(int32_t)id, v[i] == '-' ? -bias : bias};
 }
 
