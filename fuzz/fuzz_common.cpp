@@ -1,6 +1,5 @@
 #include "fuzz_common.h"
 
-#include "apps/cli.h"
 #include "core/error.h"
 #include "core/ggml_log.h"
 #include "model/init.h"
@@ -16,19 +15,6 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
-
-// src/apps/main.cpp defines the command registry beside main(); the fuzz
-// targets have libFuzzer's main, so the registry the apps' sources register
-// into is defined here (fuzz_sampler_params links them).
-namespace toy::cli {
-std::vector<Registered> &registry() {
-    static std::vector<Registered> commands;
-    return commands;
-}
-Command::Command(std::string name, std::string description, Setup setup) {
-    registry().push_back({std::move(name), std::move(description), std::move(setup)});
-}
-}  // namespace toy::cli
 
 namespace toy::fuzz {
 

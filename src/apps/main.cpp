@@ -11,19 +11,6 @@
 #include <string>
 #include <vector>
 
-namespace toy::cli {
-
-std::vector<Registered> &registry() {
-    static std::vector<Registered> commands;
-    return commands;
-}
-
-Command::Command(std::string name, std::string description, Setup setup) {
-    registry().push_back({std::move(name), std::move(description), std::move(setup)});
-}
-
-}  // namespace toy::cli
-
 namespace {
 
 // llama.cpp's multi-letter single-dash spellings that have another long name

@@ -4,6 +4,7 @@
 // file's size.
 #include "gguf/gguf_reader.h"
 
+#include "core/escape.h"
 #include "core/memory.h"
 
 #include <fcntl.h>
@@ -72,24 +73,6 @@ double scalar_as_double(const Value &v) {
     return (double)v.u;
 }
 
-// Escapes control characters and quotes so a value prints on one line.
-std::string quote(std::string_view s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-                else out += (char)c;
-        }
-    }
-    out += '"';
-    return out;
-}
 
 bool checked_mul(uint64_t a, uint64_t b, uint64_t &out) { return !__builtin_mul_overflow(a, b, &out); }
 
@@ -303,7 +286,7 @@ double Value::number_at(uint64_t k) const {
 
 std::string Value::to_string(size_t max_elems) const {
     switch (type) {
-        case ValueType::STRING: return quote(s);
+        case ValueType::STRING: return quote_escaped(s);
         case ValueType::BOOL: return u ? "true" : "false";
         case ValueType::FLOAT32: return fmt::format("{}", (float)f);  // shortest form that reads back as this float
         case ValueType::FLOAT64: return fmt::format("{}", f);
@@ -317,7 +300,7 @@ std::string Value::to_string(size_t max_elems) const {
     for (uint64_t k = 0; k < shown; ++k) {
         if (k) out += ", ";
         if (elem_type == ValueType::STRING) {
-            out += quote(strings[k]);
+            out += quote_escaped(strings[k]);
         } else {
             Value e;
             e.type = elem_type;

@@ -8,6 +8,7 @@
 #include "text/json_schema.h"
 
 #include "core/error.h"
+#include "core/escape.h"
 #include "text/unicode.h"
 
 #include <fmt/format.h>
@@ -93,22 +94,7 @@ std::string child_ptr(const std::string &ptr, std::string_view key) {
 std::string child_ptr(const std::string &ptr, size_t index) { return ptr + "/" + std::to_string(index); }
 
 // A GBNF literal for UTF-8 text.
-std::string literal(std::string_view s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        default:
-            if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02X}", c);
-            else out += (char)c;
-        }
-    }
-    return out + "\"";
-}
+std::string literal(std::string_view s) { return quote_escaped(s); }
 
 // Lowercase and dashed: "userName" -> "username", "first name" -> "first-name".
 std::string sanitize(std::string_view s) {
