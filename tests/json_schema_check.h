@@ -14,6 +14,8 @@
 // - format date, time, date-time, uuid are checked; other formats are not.
 #pragma once
 
+#include "text/json_schema.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -164,18 +166,8 @@ inline std::string check(const Json &root, const Json &s, const Json &v, const s
         if (s["type"].is_string()) types.push_back(s["type"].get<std::string>());
         else
             for (const auto &t : s["type"]) types.push_back(t.get<std::string>());
-    } else {
-        auto has = [&](std::initializer_list<const char *> keys) {
-            return std::any_of(keys.begin(), keys.end(), [&](const char *k) { return s.contains(k); });
-        };
-        if (has({"properties", "required", "additionalProperties", "unevaluatedProperties", "minProperties", "maxProperties"}))
-            types.push_back("object");
-        else if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"}))
-            types.push_back("array");
-        else if (has({"minLength", "maxLength", "pattern", "format"}))
-            types.push_back("string");
-        else if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
-            types.push_back("number");
+    } else if (const std::string implied = toy::text::json_schema_implied_type(s); !implied.empty()) {
+        types.push_back(implied);
     }
     if (!types.empty() && std::none_of(types.begin(), types.end(), [&](const std::string &t) { return has_type(v, t); })) {
         std::string want;

@@ -923,19 +923,9 @@ private:
                 fail("json schema: 'type' at {}: expected a type name or a non-empty array of them, found {}", where(ptr), t.dump());
             }
         } else {
-            auto has = [&](std::initializer_list<const char *> keys) {
-                return std::any_of(keys.begin(), keys.end(), [&](const char *k) { return s.contains(k); });
-            };
-            if (has({"properties", "required", "additionalProperties", "unevaluatedProperties", "minProperties", "maxProperties"}))
-                types.push_back("object");
-            else if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"}))
-                types.push_back("array");
-            else if (has({"minLength", "maxLength", "pattern", "format"}))
-                types.push_back("string");
-            else if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
-                types.push_back("number");
-            else
-                return fixed("value");
+            const std::string implied = json_schema_implied_type(s);
+            if (implied.empty()) return fixed("value");
+            types.push_back(implied);
         }
         if (types.size() == 1) return typed(s, types[0], name, ptr);
         std::vector<std::string> alts;
@@ -1191,6 +1181,18 @@ private:
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json &schema, std::vector<std::string> *warnings) {
     return Converter(schema, warnings).convert();
+}
+
+std::string json_schema_implied_type(const nlohmann::ordered_json &s) {
+    auto has = [&](std::initializer_list<const char *> keys) {
+        return std::any_of(keys.begin(), keys.end(), [&](const char *k) { return s.contains(k); });
+    };
+    if (has({"properties", "required", "additionalProperties", "unevaluatedProperties", "minProperties", "maxProperties"}))
+        return "object";
+    if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"})) return "array";
+    if (has({"minLength", "maxLength", "pattern", "format"})) return "string";
+    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) return "number";
+    return "";
 }
 
 std::string json_object_gbnf() {

@@ -36,6 +36,11 @@ namespace toy::text {
 // it is not null.
 std::string json_schema_to_gbnf(const nlohmann::ordered_json &schema, std::vector<std::string> *warnings = nullptr);
 
+// The type a schema without "type" implies by its keywords (properties ->
+// object, items -> array, minLength / pattern / format -> string, minimum ->
+// number), "" when none does. The converter and the tests' validator share it.
+std::string json_schema_implied_type(const nlohmann::ordered_json &schema);
+
 // The grammar for any JSON object (response_format {"type":"json_object"} with
 // no schema); its values may be any JSON value.
 std::string json_object_gbnf();
