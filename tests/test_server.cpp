@@ -292,8 +292,7 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
         int status = 0;
         const json e = post(c, b.path, b.body, &status);
         EXPECT_EQ(status, b.status) << e.dump();
-        ASSERT_TRUE(e.contains("error")) << e.dump();
-        EXPECT_NE(e["error"]["message"].get<std::string>().find(b.says), std::string::npos) << e.dump();
+        EXPECT_NE(e.value("/error/message"_json_pointer, std::string()).find(b.says), std::string::npos) << e.dump();
     }
     for (const std::string key : {"", "wrong"}) {
         int status = 0;
@@ -302,9 +301,8 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
         EXPECT_EQ(e["error"]["type"], "authentication_error");
     }
     auto missing = c.Get("/v2/nothing");
-    ASSERT_TRUE(missing);
-    EXPECT_EQ(missing->status, 404);
-    other.join();
+    EXPECT_TRUE(missing && missing->status == 404);
+    other.join();  // (no ASSERT before this: a failure must not leave the thread running)
     EXPECT_EQ(good["usage"]["completion_tokens"], 40) << good.dump();
 }
 
