@@ -52,7 +52,7 @@ test-tsan:
 	  -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(TSAN_FLAGS)"
 	cmake --build build-tsan -j $(JOBS) --target toy_tests toy
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
-	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Parity.*Sequences'
+	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Constrained|Parity.*Sequences'
 
 # libFuzzer targets (fuzz/README.md) under ASan + UBSan in build-fuzz/, one
 # after another, FUZZ_SECONDS each (FUZZ_TARGETS: a subset; FUZZ_RUNS=N runs
