@@ -157,13 +157,13 @@ void Api::routes() {
                                                {"owned_by", "toy"}}})}});
     }));
     http_.Post("/tokenize", guarded([this](const httplib::Request &req, httplib::Response &res) {
-        const json b = parse_body(req.body);
+        const auto b = parse_body(req.body);
         const std::string content = field<std::string>(b, "content", "", "a string");
         const bool special = field<bool>(b, "add_special", false, "true or false");
         send_json(res, {{"tokens", vocab_->tokenize(content, special, true)}});
     }));
     http_.Post("/detokenize", guarded([this](const httplib::Request &req, httplib::Response &res) {
-        const json b = parse_body(req.body);
+        const auto b = parse_body(req.body);
         auto it = b.find("tokens");
         if (it == b.end() || !it->is_array()) throw ApiError{400, "'tokens' must be an array of token ids"};
         std::string text;

@@ -11,7 +11,7 @@
 
 namespace toy::serve {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json parse_body(const std::string &body) {
     json j = json::parse(body, nullptr, false);
@@ -141,9 +141,7 @@ std::vector<std::string> stops_of(const json &b) {
 // Constrained output: llama-server's `grammar` (GBNF) and `json_schema`, and
 // OpenAI's response_format ({"type": "text"}, {"type": "json_object"} with an
 // optional "schema", {"type": "json_schema", "json_schema": {"schema": ...}}).
-// Schemas are read from the body again in document order: properties are
-// written in the order the schema gives them.
-std::shared_ptr<const text::Grammar> grammar_of(const std::string &body_text, const json &b, const text::Vocab &vocab) {
+std::shared_ptr<const text::Grammar> grammar_of(const json &b, const text::Vocab &vocab) {
     const bool has_grammar = b.contains("grammar") && !b["grammar"].is_null();
     const bool has_schema = b.contains("json_schema") && !b["json_schema"].is_null();
     const bool has_format = b.contains("response_format") && !b["response_format"].is_null();
@@ -156,13 +154,12 @@ std::shared_ptr<const text::Grammar> grammar_of(const std::string &body_text, co
             if (!b["grammar"].is_string()) throw ApiError{400, "'grammar' must be a string (GBNF)"};
             gbnf = b["grammar"].get<std::string>();
         } else if (has_schema || has_format) {
-            const nlohmann::ordered_json body = nlohmann::ordered_json::parse(body_text);
-            nlohmann::ordered_json schema;
+            json schema;
             bool any_object = false;
             if (has_schema) {
-                schema = body["json_schema"];
+                schema = b["json_schema"];
             } else {
-                const auto &f = body["response_format"];
+                const auto &f = b["response_format"];
                 const std::string type = f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
                 if (type == "text") return nullptr;
                 if (type == "json_object") {
@@ -236,7 +233,7 @@ CompletionRequest parse_completion(const std::string &body, bool chat, const tex
     }
     r.limits.max_tokens = max_tokens;
     r.limits.ignore_eos = field<bool>(b, "ignore_eos", false, "true or false");  // llama-server's
-    r.limits.grammar = grammar_of(body, b, vocab);
+    r.limits.grammar = grammar_of(b, vocab);
     out.stream = field<bool>(b, "stream", false, "true or false");
     // log-probabilities: chat's logprobs + top_logprobs, completions' logprobs N, llama-server's n_probs
     int n_logprobs = field<int>(b, "n_probs", -1, "an integer");

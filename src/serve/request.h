@@ -21,12 +21,13 @@ struct ApiError {
     std::string type = "invalid_request_error";
 };
 
-// The body as a JSON object (else a 400).
-nlohmann::json parse_body(const std::string &body);
+// The body as a JSON object (else a 400), keys in document order (a JSON
+// schema's properties are written in the order it gives them).
+nlohmann::ordered_json parse_body(const std::string &body);
 
 // body[key] if present, as T, else `fallback`; a value of another type is an error naming the key
 template <typename T>
-T field(const nlohmann::json &body, const char *key, T fallback, const char *expected) {
+T field(const nlohmann::ordered_json &body, const char *key, T fallback, const char *expected) {
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) return fallback;
     const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
