@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -228,6 +229,9 @@ public:
         n_embd_ = hp_->get_int({"hidden_size", "n_embd", "dim"});
         write_metadata();
         add_hf_tokenizer(dir_, hp_->raw(), vocab_size_, out_);
+        if (std::string(row_.arch) == "gemma2") {
+            out_.set("tokenizer.ggml.add_space_prefix", gguf::Value::boolean(false));  // Gemma's SentencePiece adds no space
+        }
         map_tensors();
     }
 
@@ -294,7 +298,8 @@ private:
             }
         }
         const json *theta = rope && rope->is_object() && rope->contains("rope_theta") ? &(*rope)["rope_theta"] : h.find({"rope_theta"});
-        if (theta && theta->is_number()) set_f32("rope.freq_base", theta->get<double>());
+        // (llama.cpp's Gemma 2 converter leaves the base at its default, 10000)
+        if (theta && theta->is_number() && std::string(row_.arch) != "gemma2") set_f32("rope.freq_base", theta->get<double>());
 
         if (auto v = h.opt_float({"rms_norm_eps"})) set_f32("attention.layer_norm_rms_epsilon", *v);
         if (auto v = h.opt_float({"layer_norm_eps", "layer_norm_epsilon"})) set_f32("attention.layer_norm_epsilon", *v);
@@ -307,10 +312,9 @@ private:
             set_u32("attention.key_length", *head_dim);
             set_u32("attention.value_length", *head_dim);
         }
-        if (vocab_size_ = h.opt_int({"vocab_size"}).value_or(0); vocab_size_ > 0 && !gpt2 && arch != "gemma2") {
-            set_u32("vocab_size", vocab_size_);
-        }
-        if (arch == "llama" || arch == "granite") {
+        vocab_size_ = h.opt_int({"vocab_size"}).value_or(0);
+        if (arch == "llama" || arch == "granite") {  // the keys llama.cpp's Llama converter adds
+            if (vocab_size_ > 0) set_u32("vocab_size", vocab_size_);
             set_u32("rope.dimension_count", head_dim.value_or(n_embd_ / n_head_));
         }
         if (arch == "qwen3moe") {
@@ -390,7 +394,8 @@ private:
 
         // prefix of the checkpoint's names ("model." / "transformer." / none)
         std::string pre = gpt2 ? "transformer." : "model.";
-        if (!st_->find(pre + (gpt2 ? "wte.weight" : "embed_tokens.weight"))) pre = "";
+        const auto &all = st_->tensors();
+        if (std::none_of(all.begin(), all.end(), [&](const StTensor &t) { return t.name.starts_with(pre); })) pre = "";
         auto global = [&](const std::string &hf, const std::string &gg, bool required) {
             const StTensor *t = take(hf);
             if (!t) {
@@ -407,9 +412,16 @@ private:
             global(pre + "ln_f.bias", "output_norm.bias", true);
             if (st_->find("lm_head.weight")) used.insert("lm_head.weight");  // GPT-2 ties it to wte
         } else {
-            global(pre + "embed_tokens.weight", "token_embd.weight", true);
-            global(pre + "norm.weight", "output_norm.weight", true);
             const bool tied = hp_->get_bool("tie_word_embeddings", arch == "gemma2");
+            if (tied && !st_->find(pre + "embed_tokens.weight") && st_->find("lm_head.weight")) {
+                // tied weights saved under the output's name only (TinyStories-656K):
+                // the same matrix is the embedding
+                global("lm_head.weight", "token_embd.weight", true);
+                out_.notes.push_back("the checkpoint stores its tied embedding as lm_head.weight only; written as token_embd.weight");
+            } else {
+                global(pre + "embed_tokens.weight", "token_embd.weight", true);
+            }
+            global(pre + "norm.weight", "output_norm.weight", true);
             if (tied || arch == "gemma2") {
                 if (st_->find("lm_head.weight")) used.insert("lm_head.weight");
             } else {

@@ -146,10 +146,10 @@ TokenList read_sentencepiece(const std::string &path, int64_t n_vocab) {
         }
     }
     if (t.tokens.empty()) fail("{}: no pieces (expected a SentencePiece tokenizer.model)", path);
+    t.pre = "default";
     if (n_vocab > 0 && (int64_t)t.tokens.size() > n_vocab) {
         fail("{}: {} pieces, but the model's embedding has {} rows", path, t.tokens.size(), n_vocab);
     }
-    if (!t.add_space_prefix) t.add_space_prefix = true;
     return t;
 }
 
@@ -269,7 +269,11 @@ TokenList read_tokenizer_json(const std::string &path, const json &tj, int64_t n
     std::vector<std::string> merges;
     for (const auto &m : model.value("merges", json::array())) {
         if (m.is_string()) merges.push_back(m.get<std::string>());
-        else if (m.is_array() && m.size() == 2) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+        else if (m.is_array() && m.size() == 2) {
+            // a space inside a part is written U+0120, as GPT-2's byte mapping writes it
+            merges.push_back(replace_all(m[0].get<std::string>(), " ", "\xc4\xa0") + " " +
+                             replace_all(m[1].get<std::string>(), " ", "\xc4\xa0"));
+        }
         else fail("{}: model.merges: expected \"a b\" strings or [a, b] pairs", path);
     }
 
@@ -327,10 +331,15 @@ std::string token_content(const json &v) {
     return "";
 }
 
+// Special-token ids as llama.cpp's converter finds them: tokenizer_config.json
+// names the token, tokenizer.json's added tokens give its id; else config.json's
+// <kind>_token_id.
 void add_special_tokens(const std::string &dir, const json &config, const json &tcfg, const json *tj, TokenList &t,
                         Converted &out) {
     std::map<std::string, int64_t> by_text;
-    for (size_t i = 0; i < t.tokens.size(); ++i) by_text.emplace(t.tokens[i], (int64_t)i);
+    if (tj) {
+        for (const auto &[id, a] : added_tokens(*tj)) by_text.emplace(a.content, id);
+    }
     // tokenizer_config.json's <kind>_token, config.json's <kind>_token_id -> GGUF key
     const std::pair<const char *, const char *> kinds[] = {
         {"bos", "bos_token_id"}, {"eos", "eos_token_id"}, {"unk", "unknown_token_id"},
@@ -480,7 +489,11 @@ void add_hf_tokenizer(const std::string &dir, const json &config, int64_t n_voca
     if (!t.scores.empty()) out.set("tokenizer.ggml.scores", gguf::Value::f32_array(t.scores));
     out.set("tokenizer.ggml.token_type", gguf::Value::i32_array(t.types));
     if (!t.merges.empty()) out.set("tokenizer.ggml.merges", gguf::Value::str_array(t.merges));
-    if (t.add_space_prefix) out.set("tokenizer.ggml.add_space_prefix", gguf::Value::boolean(*t.add_space_prefix));
+    // llama's default is true: written when false, or when tokenizer_config.json says
+    if (tcfg.contains("add_prefix_space") && tcfg["add_prefix_space"].is_boolean()) t.add_space_prefix = tcfg["add_prefix_space"].get<bool>();
+    if (t.add_space_prefix == false || tcfg.contains("add_prefix_space")) {
+        out.set("tokenizer.ggml.add_space_prefix", gguf::Value::boolean(*t.add_space_prefix));
+    }
     add_special_tokens(dir, config, tcfg, has_json ? &tj : nullptr, t, out);
 }
 
