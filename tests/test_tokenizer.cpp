@@ -6,6 +6,7 @@
 #include "text/pre_tokenizer.h"
 #include "text/unicode.h"
 #include "text/vocab.h"
+#include "vocab_cases.h"
 
 #include <gtest/gtest.h>
 
@@ -19,56 +20,12 @@
 namespace fs = std::filesystem;
 using toy::text::Detokenizer;
 using toy::text::Vocab;
+using toy::test::read_cases;
 
 namespace {
 
 const std::string kShared = TOY_SHARED_DIR;
 const std::string kLlamaSrc = TOY_LLAMA_SOURCE_DIR;
-
-std::string read_file(const std::string &path) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-struct Case {
-    std::string text;
-    std::vector<int32_t> ids;
-};
-
-// .inp: cases separated by "\n__ggml_vocab_test__\n"; .out: one line of
-// space-separated ids per case (the format llama.cpp's test-tokenizer-0 reads).
-std::vector<Case> read_cases(const std::string &gguf_path) {
-    const std::string inp = read_file(gguf_path + ".inp");
-    const std::string sep = "\n__ggml_vocab_test__\n";
-    std::vector<std::string> texts;
-    size_t pos = 0;
-    while (pos < inp.size()) {
-        const size_t next = inp.find(sep, pos);
-        if (next == std::string::npos) {
-            texts.push_back(inp.substr(pos));
-            break;
-        }
-        texts.push_back(inp.substr(pos, next - pos));
-        pos = next + sep.size();
-    }
-    std::ifstream out(gguf_path + ".out");
-    std::vector<Case> cases;
-    std::string line;
-    size_t k = 0;
-    while (std::getline(out, line)) {
-        Case c;
-        if (k < texts.size()) c.text = texts[k];
-        std::istringstream ls(line);
-        int64_t id;
-        while (ls >> id) c.ids.push_back((int32_t)id);
-        cases.push_back(std::move(c));
-        ++k;
-    }
-    EXPECT_EQ(texts.size(), cases.size()) << gguf_path << ": .inp and .out disagree on the number of cases";
-    return cases;
-}
 
 struct VocabFile {
     std::string label;  // "shared_gpt_2", "llama_cpp_qwen2"

@@ -282,6 +282,7 @@ TokenList read_tokenizer_json(const std::string &path, const json &tj, int64_t n
         // tokens. llama's tokenizer merges the best-scoring adjacent pair, so
         // a token made by merge k scores -k: merging then follows the ranks.
         t.model = "llama";
+        t.pre = "default";
         t.scores.assign((size_t)n, 0.0f);
         for (size_t k = 0; k < merges.size(); ++k) {
             const std::string &m = merges[k];
