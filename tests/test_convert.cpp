@@ -46,6 +46,38 @@ uint64_t fnv1a64(const void *data, size_t n, uint64_t h = 0xcbf29ce484222325ull)
 
 std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
 
+struct StBytes {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    std::string bytes;
+};
+
+void write_safetensors(const fs::path &path, const std::vector<StBytes> &tensors) {
+    json header = json::object();
+    std::string data;
+    for (const auto &t : tensors) {
+        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+        data += t.bytes;
+    }
+    const std::string h = header.dump();
+    const uint64_t n = h.size();
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char *>(&n), 8);
+    out << h << data;
+}
+
+StBytes bytes_of(const convert::StTensor &t) {
+    return {t.name, t.dtype, t.shape, std::string(reinterpret_cast<const char *>(t.data), t.nbytes)};
+}
+
+// A copy of a test checkpoint's directory without its weights.
+fs::path checkpoint_dir_without_weights(const test::TempDir &tmp, const std::string &name, const std::string &as) {
+    const fs::path d = tmp.path / as;
+    fs::create_directories(d);
+    for (const char *f : {"config.json", "tokenizer.model", "tokenizer_config.json"}) fs::copy_file(kData + "/hf/" + name + "/" + f, d / f);
+    return d;
+}
+
 std::string convert_hf_to(const std::string &dir, convert::OutType type, const std::string &path) {
     convert::Converted m;
     convert::convert_hf(dir, m);
@@ -319,6 +351,62 @@ TEST(Convert, ByteLevelTokenizerJsonConvertsToTheSameVocabulary) {
         }
         EXPECT_GT(n, 20);
     }
+}
+
+// The same checkpoint cut into shards listed by model.safetensors.index.json
+// converts to the same file.
+TEST(Convert, ShardedCheckpointConvertsLikeOneFile) {
+    test::TempDir tmp;
+    const fs::path d = checkpoint_dir_without_weights(tmp, "mixtral", "sharded");
+    auto st = convert::Safetensors::open_file(kData + "/hf/mixtral/model.safetensors");
+    // shard k holds the tensors whose index is k mod 3
+    const int n_shards = 3;
+    json map = json::object();
+    for (int k = 0; k < n_shards; ++k) {
+        const std::string file = fmt::format("model-{:05}-of-{:05}.safetensors", k + 1, n_shards);
+        std::vector<StBytes> shard;
+        for (size_t i = k; i < st->tensors().size(); i += n_shards) {
+            shard.push_back(bytes_of(st->tensors()[i]));
+            map[st->tensors()[i].name] = file;
+        }
+        write_safetensors(d / file, shard);
+    }
+    std::ofstream(d / "model.safetensors.index.json") << json{{"metadata", json::object()}, {"weight_map", map}}.dump();
+    const std::string out = convert_hf_to(d.string(), convert::OutType::BF16, tmp.file("sharded.gguf"));
+    const auto diff = differences(out, test::read_json(kData + "/mixtral.bf16.json"));
+    EXPECT_TRUE(diff.empty()) << joined(diff);
+}
+
+// Newer transformers save a layer's experts fused: gate_up_proj [n_expert,
+// 2 n_ff, n_embd] and down_proj [n_expert, n_embd, n_ff]. Same GGUF.
+TEST(Convert, FusedExpertTensorsConvertLikePerExpertOnes) {
+    test::TempDir tmp;
+    const fs::path d = checkpoint_dir_without_weights(tmp, "qwen3moe", "fused");
+    auto st = convert::Safetensors::open_file(kData + "/hf/qwen3moe/model.safetensors");
+    const int n_expert = 4;
+    std::vector<StBytes> out;
+    for (const auto &t : st->tensors()) {
+        if (t.name.find(".mlp.experts.") == std::string::npos) out.push_back(bytes_of(t));
+    }
+    for (int l = 0; l < 2; ++l) {
+        const std::string p = fmt::format("model.layers.{}.mlp.experts.", l);
+        StBytes gate_up{p + "gate_up_proj", "BF16", {}, ""}, down{p + "down_proj", "BF16", {}, ""};
+        for (int e = 0; e < n_expert; ++e) {
+            const auto &g = st->get(fmt::format("{}{}.gate_proj.weight", p, e));
+            const auto &u = st->get(fmt::format("{}{}.up_proj.weight", p, e));
+            const auto &dn = st->get(fmt::format("{}{}.down_proj.weight", p, e));
+            gate_up.bytes += bytes_of(g).bytes + bytes_of(u).bytes;
+            down.bytes += bytes_of(dn).bytes;
+            gate_up.shape = {n_expert, 2 * g.shape[0], g.shape[1]};
+            down.shape = {n_expert, dn.shape[0], dn.shape[1]};
+        }
+        out.push_back(gate_up);
+        out.push_back(down);
+    }
+    write_safetensors(d / "model.safetensors", out);
+    const std::string gguf_path = convert_hf_to(d.string(), convert::OutType::F32, tmp.file("fused.gguf"));
+    const auto diff = differences(gguf_path, test::read_json(kData + "/qwen3moe.f32.json"));
+    EXPECT_TRUE(diff.empty()) << joined(diff);
 }
 
 TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {

@@ -101,6 +101,9 @@ struct Source {
     std::vector<const StTensor *> parts;  // several: experts stacked along a new outer dimension
     Edit edit = Edit::None;
     float add = 0.0f;                     // added to every value (Gemma's 1 + w)
+    // A 3-D [n, rows, cols] tensor cut along its rows into n_slices, of which
+    // this is one (fused gate_up experts: [n_expert, 2 n_ff, n_embd]).
+    int slice = 0, n_slices = 1;
 };
 
 // A checkpoint tensor name within a layer, and its GGUF name.
@@ -179,6 +182,18 @@ std::vector<float> permute_rows(const std::vector<float> &v, int64_t n_rows, int
                 const int64_t to = h * per_head + 2 * i + j, from = h * per_head + j * half + i;
                 std::memcpy(&out[(size_t)(to * n_cols)], &v[(size_t)(from * n_cols)], (size_t)n_cols * sizeof(float));
             }
+    return out;
+}
+
+// Rows [slice * r, (slice + 1) * r) of every matrix of a [n, n_slices * r, cols] tensor.
+std::vector<float> slice_rows(const std::vector<float> &v, const std::vector<int64_t> &shape, int slice, int n_slices) {
+    const int64_t n = shape[0], rows = shape[1] / n_slices, cols = shape[2];
+    std::vector<float> out;
+    out.reserve((size_t)(n * rows * cols));
+    for (int64_t m = 0; m < n; ++m) {
+        const auto from = v.begin() + (ptrdiff_t)((m * shape[1] + slice * rows) * cols);
+        out.insert(out.end(), from, from + (ptrdiff_t)(rows * cols));
+    }
     return out;
 }
 
@@ -354,6 +369,13 @@ private:
             std::swap(ne[0], ne[1]);
         }
         if (src.parts.size() > 1) ne.push_back((int64_t)src.parts.size());
+        if (src.n_slices > 1) {
+            if (first.shape.size() != 3 || first.shape[1] % src.n_slices != 0) {
+                fail("{}: tensor '{}' has shape {}, expected [n_expert, {} x rows, cols]", st_->where(), first.name,
+                     first.shape_string(), src.n_slices);
+            }
+            ne[1] /= src.n_slices;
+        }
         const int64_t n_rows = first.shape[0];
         const int64_t n_cols = first.shape.size() > 1 ? first.shape[1] : 1;
         int64_t n_head = 0;
@@ -368,6 +390,7 @@ private:
                                     std::vector<float> all;
                                     for (const StTensor *p : src.parts) {
                                         std::vector<float> v = Safetensors::read_f32(*p);
+                                        if (src.n_slices > 1) v = slice_rows(v, p->shape, src.slice, src.n_slices);
                                         if (src.edit == Edit::PermuteQ || src.edit == Edit::PermuteK) v = permute_rows(v, n_rows, n_cols, n_head);
                                         if (src.edit == Edit::Transpose) v = transpose(v, n_rows, n_cols);
                                         if (src.add != 0.0f)
@@ -467,12 +490,25 @@ private:
 
     template <class Take>
     void map_experts(const std::string &hp, const std::string &gp, Take &take) {
-        // fused layout (newer transformers): experts.gate_up_proj [n_expert, 2 n_ff, n_embd], experts.down_proj
-        if (const StTensor *gu = take(hp + "mlp.experts.gate_up_proj")) {
-            (void)gu;
-            fail("{}: fused expert tensors (mlp.experts.gate_up_proj) are not supported yet; save the checkpoint with "
-                 "per-expert tensors",
-                 st_->where());
+        // fused layout (newer transformers): mlp.experts.gate_up_proj [n_expert, 2 n_ff, n_embd]
+        // and mlp.experts.down_proj [n_expert, n_embd, n_ff], with or without ".weight"
+        const StTensor *gate_up = take(hp + "mlp.experts.gate_up_proj");
+        if (!gate_up) gate_up = take(hp + "mlp.experts.gate_up_proj.weight");
+        if (gate_up) {
+            const StTensor *down = take(hp + "mlp.experts.down_proj");
+            if (!down) down = take(hp + "mlp.experts.down_proj.weight");
+            if (!down) fail("{}: {}mlp.experts.gate_up_proj has no mlp.experts.down_proj beside it", st_->where(), hp);
+            if (gate_up->shape.empty() || gate_up->shape[0] != n_expert_ || down->shape.empty() || down->shape[0] != n_expert_) {
+                fail("{}: {}mlp.experts: shapes {} and {}, expected {} experts first", st_->where(), hp,
+                     gate_up->shape_string(), down->shape_string(), n_expert_);
+            }
+            Source gate{{gate_up}}, up{{gate_up}};
+            gate.n_slices = up.n_slices = 2;
+            up.slice = 1;
+            add(gp + "ffn_gate_exps.weight", gate);
+            add(gp + "ffn_up_exps.weight", up);
+            add(gp + "ffn_down_exps.weight", {{down}});
+            return;
         }
         std::set<std::string> done;
         for (const ExpertName &x : kExperts) {

@@ -1,6 +1,7 @@
 #include "convert/llama2c.h"
 
 #include "core/error.h"
+#include "core/memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -168,6 +169,7 @@ void convert_llama2c(const std::string &model_bin, const std::string &tokenizer_
         out.tensors.push_back({std::move(name), std::move(ne), [map, at, n] {
                                    std::vector<float> v((size_t)n);
                                    std::memcpy(v.data(), map->base + at, (size_t)n * sizeof(float));
+                                   advise_whole_blocks(map->base + at, (size_t)n * sizeof(float), (size_t)sysconf(_SC_PAGESIZE), MADV_DONTNEED);
                                    return v;
                                }});
     };

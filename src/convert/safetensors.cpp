@@ -2,6 +2,7 @@
 
 #include "convert/json_file.h"
 #include "core/error.h"
+#include "core/memory.h"
 
 #include <ggml.h>
 #include <nlohmann/json.hpp>
@@ -236,6 +237,7 @@ std::vector<float> Safetensors::read_f32(const StTensor &t) {
     } else {
         fail("{}: tensor '{}': cannot convert dtype {} to float", t.file, t.name, t.dtype);
     }
+    advise_whole_blocks(t.data, t.nbytes, (size_t)sysconf(_SC_PAGESIZE), MADV_DONTNEED);
     return out;
 }
 

@@ -46,6 +46,8 @@ public:
     const std::string &where() const { return where_; }  // the directory or file, for messages
 
     // The tensor's values as float32 (F32, F16, BF16, F64 and integer types).
+    // Its pages then leave the resident set (they are read from the file
+    // again if touched): converting keeps about one tensor in memory.
     static std::vector<float> read_f32(const StTensor &t);
 
 private:
