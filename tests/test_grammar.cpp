@@ -223,3 +223,10 @@ TEST(Grammar, TokensByIdAndByText) {
         EXPECT_NE(std::string(e.what()).find("not one"), std::string::npos) << e.what();
     }
 }
+
+TEST(Grammar, DeeplyNestedGroupsAreAnErrorNotAStackOverflow) {
+    const std::string deep = "root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')');
+    EXPECT_NE(test::error_of([&] { Grammar::parse(deep); }).find("groups nested more than 100 deep"), std::string::npos);
+    const std::string ok = "root ::= " + std::string(50, '(') + "\"a\"" + std::string(50, ')');
+    EXPECT_TRUE(Grammar::parse(ok)->matches("a"));
+}

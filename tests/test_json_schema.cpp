@@ -440,3 +440,28 @@ TEST(JsonSchema, ABraceThatIsNoQuantifierIsText) {
     EXPECT_FALSE(g->matches(R"("qq{2555555")"));
     EXPECT_FALSE(g->matches(R"("q")"));
 }
+
+TEST(JsonSchema, DeepNestingIsAnErrorNotAStackOverflow) {
+    // fuzz finding: a pattern of thousands of nested groups overflowed the stack
+    // of the recursive pattern parser; schemas nest by recursion too
+    auto error_of = [](const auto &f) {
+        try {
+            f();
+        } catch (const toy::Error &e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    const std::string pattern = std::string(20000, '(') + "a" + std::string(20000, ')');
+    const auto deep_pattern = nlohmann::ordered_json{{"type", "string"}, {"pattern", pattern}};
+    EXPECT_NE(error_of([&] { toy::text::json_schema_to_gbnf(deep_pattern); }).find("groups nested more than 100 deep"),
+              std::string::npos);
+    nlohmann::ordered_json deep_schema = {{"type", "integer"}};
+    for (int i = 0; i < 5000; ++i) deep_schema = {{"type", "array"}, {"items", deep_schema}};
+    EXPECT_NE(error_of([&] { toy::text::json_schema_to_gbnf(deep_schema); }).find("schemas nested more than 100 deep"),
+              std::string::npos);
+    // 40 levels are fine
+    const std::string ok = std::string(40, '(') + "a" + std::string(40, ')');
+    auto g = toy::text::Grammar::parse(toy::text::json_schema_to_gbnf({{"type", "string"}, {"pattern", ok}}));
+    EXPECT_TRUE(g->matches("\"a\""));
+}

@@ -145,6 +145,9 @@ private:
         return it->second;
     }
 
+    static constexpr int kMaxDepth = 100;
+    int depth_ = 0;
+
     std::vector<Seq> parse_alternatives(const std::string &rule, bool nested) {
         std::vector<Seq> alts;
         alts.push_back(parse_sequence(rule, nested));
@@ -206,6 +209,12 @@ private:
                 const size_t at = pos_;
                 seq.push_back({Kind::Rule, rule_id(parse_name("a rule name"), at)});
             } else if (c == '(') {
+                // groups nest by recursion: a bound keeps a hostile grammar off the stack's end
+                if (++depth_ > kMaxDepth) error(pos_, fmt::format("groups nested more than {} deep", kMaxDepth));
+                struct Leave {
+                    int &d;
+                    ~Leave() { --d; }
+                } leave{depth_};
                 ++pos_;
                 skip_space(true);
                 const uint32_t id = helper_rule(rule);

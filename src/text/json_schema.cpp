@@ -383,8 +383,16 @@ private:
     }
 
     bool at(char c) const { return i_ < p_.size() && p_[i_] == c; }
+    static constexpr int kMaxDepth = 100;
+    int depth_ = 0;
 
     Alternation alternation() {
+        // groups nest by recursion: a bound keeps a hostile pattern off the stack's end
+        if (++depth_ > kMaxDepth) error(fmt::format("groups nested more than {} deep", kMaxDepth));
+        struct Leave {
+            int &d;
+            ~Leave() { --d; }
+        } leave{depth_};
         Alternation a;
         for (;;) {
             std::string seq = sequence();
@@ -645,6 +653,9 @@ private:
 
 class Converter {
 public:
+    static constexpr int kMaxDepth = 100;
+    int depth_ = 0;
+
     Converter(const Json &root, std::vector<std::string> *warnings) : root_(root), warnings_(warnings) {
         for (const auto &f : kFixed) reserved_.insert(f.name);
         reserve("root");
@@ -852,6 +863,12 @@ private:
     }
 
     std::string visit(const Json &s, const std::string &name, const std::string &ptr) {
+        // subschemas are visited by recursion: a bound keeps a hostile schema off the stack's end
+        if (++depth_ > kMaxDepth) fail("json schema: schemas nested more than {} deep at {}", kMaxDepth, where(ptr));
+        struct Leave {
+            int &d;
+            ~Leave() { --d; }
+        } leave{depth_};
         if (s.is_boolean()) {
             if (s.get<bool>()) return fixed("value");
             fail("json schema: the schema at {} is false and accepts nothing", where(ptr));
