@@ -8,7 +8,7 @@
 #
 # Targets: fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_sampler_params
 # fuzz_train_data fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema
-# fuzz_request (a name without the fuzz_ prefix works too).
+# fuzz_request fuzz_convert (a name without the fuzz_ prefix works too).
 #
 # In build-fuzz/: corpus/<target> (kept between runs, grows), seeds/<target>
 # (rebuilt each time from the fixtures, fuzz/seeds and the llama.cpp bundle),
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${FUZZ_BUILD:-build-fuzz}
 ALL=(fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_sampler_params fuzz_train_data
-     fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema fuzz_request)
+     fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema fuzz_request fuzz_convert)
 
 SECONDS_PER_TARGET=60
 if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then SECONDS_PER_TARGET=$1; shift; fi
@@ -97,13 +97,20 @@ mkdir -p "$SEEDS/fuzz_grammar"
 for g in "$LLAMA"/grammars/*.gbnf; do
   { printf '\004'; cat "$g"; printf '\000'; } > "$SEEDS/fuzz_grammar/$(basename "$g" .gbnf)"
 done
+# convert: each file of the tiny llama checkpoint, behind the byte that picks it
+mkdir -p "$SEEDS/fuzz_convert"
+files=(model.safetensors tokenizer.json tokenizer.model config.json)
+for i in 0 2 3; do
+  { printf "\\$(printf %03o $i)"; cat "tests/data/convert/hf/llama/${files[$i]}"; } > "$SEEDS/fuzz_convert/llama-${files[$i]}"
+done
+{ printf '\001'; cat "$SHARED/models/TinyStories-656K/tokenizer.json"; } > "$SEEDS/fuzz_convert/tinystories-tokenizer.json"
 # the other targets start from the hand-written seeds in fuzz/seeds/<target>/
 
 # ---- run ----
 mkdir -p "$BUILD/logs"
 max_len() {
   case $1 in
-    fuzz_gguf|fuzz_checkpoint|fuzz_adapter) echo 131072 ;;
+    fuzz_gguf|fuzz_checkpoint|fuzz_adapter|fuzz_convert) echo 131072 ;;
     *) echo 8192 ;;
   esac
 }
