@@ -211,7 +211,7 @@ TEST(Cli, TokenIdsRoundTripInEveryPrintedForm) {
 
 TEST(Cli, UnknownCommandsEmptyPromptsAndStandardInput) {
     expect_one_line_error(run_toy("server -m " + kStories), "did you mean 'serve'");
-    expect_one_line_error(run_toy("quantize a b q8_0"), "'quantize'");
+    expect_one_line_error(run_toy("quantise a b q8_0"), "did you mean 'quantize'");
     expect_one_line_error(run_toy("tokenise -m " + kStories + " -p hi"), "did you mean 'tokenize'");
     // an empty -p is given (llama.cpp then starts from BOS alone); with --no-bos nothing is left
     Result empty = run_toy("run -m " + kStories + " -p '' -n 4 --temp 0 --json");

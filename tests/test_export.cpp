@@ -162,7 +162,7 @@ TEST(Export, CommandLine) {
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.err.find("q8_0"), std::string::npos) << r.err;
     // errors: one line each
-    for (const std::string bad : {"export -m " + m + " -o " + m, "export -m " + m + " --type q3 -o " + q8,
+    for (const std::string &bad : {"export -m " + m + " -o " + m, "export -m " + m + " --type q3 -o " + q8,
                                   "export -m " + test::shell_quote(tiny_model("gpt2")) + " --per-head-layout -o " + q8,
                                   "export -m " + m + " --lora " + m + " -o " + q8}) {
         const test::CommandResult e = test::run_toy(bad);

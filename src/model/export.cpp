@@ -87,14 +87,22 @@ ExportResult export_model(const Model &base, const LoraSet &adapters, const std:
         w.set("general.file_type", gguf::Value::u32((uint32_t)*ft));
     }
     bool quantized = false;
-    Weights bound;
-    for (const TensorSpec &s : tensor_specs(c, &bound)) {
+    // the tensors written, then their types: the mix looks at all of them at once
+    std::vector<TensorSpec> written;
+    std::vector<quant::TensorDesc> descs;
+    for (const TensorSpec &s : tensor_specs(c)) {
         const bool is_output = s.name == "output.weight";
         if (!base.has_weight(s.name) || (is_output && tied && !res.untied)) continue;
-        const auto ne = base.weight_shape(s.name);
-        const ggml_type have = base.file_type(s.name);
-        ggml_type type = o.type ? storage_type(*o.type, s, bound, c, tied && !res.untied) : have;
-        if (type != GGML_TYPE_F32 && ggml_blck_size(type) > 1 && ne[0] % ggml_blck_size(type) != 0) type = GGML_TYPE_F16;
+        written.push_back(s);
+        descs.push_back({s.name, base.file_type(s.name), base.weight_shape(s.name)});
+    }
+    std::vector<quant::TypeChoice> types;
+    if (o.type) types = storage_types(*o.type, descs, c);
+    for (size_t k = 0; k < written.size(); ++k) {
+        const TensorSpec &s = written[k];
+        const auto ne = descs[k].ne;
+        const ggml_type have = descs[k].type;
+        ggml_type type = o.type ? types[k].type : have;
         if (s.role != TensorRole::Embedding && s.role != TensorRole::Linear && s.role != TensorRole::Experts) {
             type = have == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;  // vectors as they were
         }

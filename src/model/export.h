@@ -1,6 +1,6 @@
 // toy export: a plain GGUF from a base model, with LoRA adapters merged into
 // its weights (W + s * B A) and the matrices stored in a chosen type with
-// llama.cpp's type mixes (model/init.h's storage_type). Per-head checkpoints
+// llama.cpp's type mixes (quant/mix.h, through model/init.h's storage_types). Per-head checkpoints
 // come out in the standard fused layout (unless per_head_layout asks for
 // theirs), so `toy fuse` is an export without adapters or type. Streaming: one tensor at a time is converted while the
 // file is written; atomic (gguf::Writer).

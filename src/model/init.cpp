@@ -30,17 +30,17 @@ using gguf::Value;
 struct TypeRow {
     InitType type;
     const char *name;
-    ggml_type base;   // the type of most matrices
-    int file_type;    // llama.cpp LLAMA_FTYPE_*
+    quant::FileType ftype;  // general.file_type, and the mix's file type
+    bool pure;              // one type for every matrix (llama-quantize --pure)
 };
 
 // Pure K-quant files carry the file type of the llama.cpp mix whose base type
 // they share (Q4_K_S, Q5_K_S): llama.cpp has no "all Q4_K" file type.
 constexpr TypeRow kTypes[] = {
-    {InitType::F32, "f32", GGML_TYPE_F32, 0},     {InitType::F16, "f16", GGML_TYPE_F16, 1},
-    {InitType::Q8_0, "q8_0", GGML_TYPE_Q8_0, 7},  {InitType::Q4_0, "q4_0", GGML_TYPE_Q4_0, 2},
-    {InitType::Q4_K, "q4_k", GGML_TYPE_Q4_K, 14}, {InitType::Q5_K, "q5_k", GGML_TYPE_Q5_K, 16},
-    {InitType::Q6_K, "q6_k", GGML_TYPE_Q6_K, 18}, {InitType::Q4_K_M, "q4_k_m", GGML_TYPE_Q4_K, 15},
+    {InitType::F32, "f32", quant::FileType::F32, true},        {InitType::F16, "f16", quant::FileType::F16, true},
+    {InitType::Q8_0, "q8_0", quant::FileType::Q8_0, true},     {InitType::Q4_0, "q4_0", quant::FileType::Q4_0, true},
+    {InitType::Q4_K, "q4_k", quant::FileType::Q4_K_S, true},   {InitType::Q5_K, "q5_k", quant::FileType::Q5_K_S, true},
+    {InitType::Q6_K, "q6_k", quant::FileType::Q6_K, true},     {InitType::Q4_K_M, "q4_k_m", quant::FileType::Q4_K_M, false},
 };
 
 const TypeRow &type_row(InitType t) {
@@ -282,7 +282,9 @@ void set_base_metadata(gguf::Writer &w, const InitOptions &o) {
     w.set("general.architecture", Value::str(o.arch));
     w.set("general.name", Value::str(o.name.empty() ? "toy-" + o.arch : o.name));
     w.set("general.file_type", Value::u32((uint32_t)init_file_type(o.type)));
-    if (ggml_is_quantized(type_row(o.type).base)) w.set("general.quantization_version", Value::u32(GGML_QNT_VERSION));
+    if (ggml_is_quantized(quant::file_type_base(type_row(o.type).ftype))) {
+        w.set("general.quantization_version", Value::u32(GGML_QNT_VERSION));
+    }
     w.set(a + "vocab_size", u32(o.n_vocab));
     w.set(a + "context_length", u32(o.n_ctx));
     w.set(a + "embedding_length", u32(o.n_embd));
@@ -354,49 +356,8 @@ Config probe_config(const gguf::Writer &w) {
 
 // ------------------------------------------------------------ tensor types
 
-// llama.cpp's Q4_K_M / Q5_K_M rule for the "more sensitive" layers.
-bool use_more_bits(int64_t il, int64_t n) { return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2; }
-
-// What a tensor is, as the quantization rules see it.
+// What a tensor is, for its initializer.
 enum class Kind { Other, TokenEmbd, Output, AttnV, AttnK, AttnOut, FfnDown };
-
-// llama.cpp's fallback when a row is not a multiple of the block size.
-ggml_type fallback_type(ggml_type t, int64_t ne0) {
-    if (ne0 % ggml_blck_size(t) == 0) return t;
-    ggml_type f = t;
-    switch (t) {
-        case GGML_TYPE_Q4_K: f = GGML_TYPE_Q5_0; break;
-        case GGML_TYPE_Q5_K: f = GGML_TYPE_Q5_1; break;
-        case GGML_TYPE_Q6_K: f = GGML_TYPE_Q8_0; break;
-        default: break;
-    }
-    return ne0 % ggml_blck_size(f) == 0 ? f : GGML_TYPE_F16;
-}
-
-ggml_type matrix_type(InitType type, Kind kind, int64_t il, const Config &cfg, bool tied, int64_t ne0) {
-    const ggml_type base = type_row(type).base;
-    if (type != InitType::Q4_K_M) return base;
-    // llama.cpp's Q4_K_M mix (llama-quant.cpp), for the tensors these models have.
-    const bool eight_experts = cfg.n_expert == 8;
-    switch (kind) {
-        case Kind::Output:
-            return ne0 % ggml_blck_size(base) != 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K;
-        case Kind::TokenEmbd:
-            if (tied) return ne0 % ggml_blck_size(base) != 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K;
-            return base;
-        case Kind::AttnV:
-            if (eight_experts) return GGML_TYPE_Q8_0;
-            return use_more_bits(il, cfg.n_layer) ? GGML_TYPE_Q6_K : base;
-        case Kind::AttnK:
-            return eight_experts ? GGML_TYPE_Q8_0 : base;
-        case Kind::AttnOut:
-            return eight_experts ? GGML_TYPE_Q5_K : base;
-        case Kind::FfnDown:
-            return use_more_bits(il, cfg.n_layer) ? GGML_TYPE_Q6_K : base;
-        default:
-            return base;
-    }
-}
 
 // ------------------------------------------------------------ random values
 
@@ -533,12 +494,25 @@ Kind kind_of(const TensorSpec &s, const Weights &w) {
 
 }  // namespace
 
-ggml_type storage_type(InitType type, const TensorSpec &s, const Weights &w, const Config &cfg, bool tied, ggml_type *wanted) {
-    const bool matrix = s.role == TensorRole::Embedding || s.role == TensorRole::Linear || s.role == TensorRole::Experts;
-    if (!matrix) return GGML_TYPE_F32;
-    const ggml_type want = matrix_type(type, kind_of(s, w), s.layer, cfg, tied, s.ne[0]);
-    if (wanted) *wanted = want;
-    return fallback_type(want, s.ne[0]);
+quant::MixOptions init_mix(InitType type) {
+    quant::MixOptions m;
+    m.ftype = type_row(type).ftype;
+    m.pure = type_row(type).pure;
+    return m;
+}
+
+quant::MixModel init_mix_model(const Config &cfg) {
+    quant::MixModel m;
+    m.arch = cfg.arch;
+    m.n_layer = cfg.n_layer;
+    m.n_head = cfg.n_head;
+    m.n_head_kv = cfg.n_head_kv;
+    m.n_expert = cfg.n_expert;
+    return m;
+}
+
+std::vector<quant::TypeChoice> storage_types(InitType type, const std::vector<quant::TensorDesc> &tensors, const Config &cfg) {
+    return quant::choose_types(tensors, init_mix_model(cfg), init_mix(type));
 }
 
 namespace {
@@ -591,17 +565,23 @@ std::vector<Plan> plan_tensors(const InitOptions &o, const Config &cfg, std::vec
             case TensorRole::Experts: {
                 const bool residual = kind == Kind::AttnOut || kind == Kind::FfnDown;
                 p.scale = (float)(residual ? std_residual : std_linear);
-                ggml_type want;
-                p.type = storage_type(o.type, s, w, cfg, o.tied, &want);
-                if (p.type != want) {
-                    fallbacks[fmt::format("use {} instead of {}: rows of {} are not a multiple of {}",
-                                          ggml_type_name(p.type), ggml_type_name(want), s.ne[0],
-                                          ggml_blck_size(want))]++;
-                }
+                p.type = GGML_TYPE_F32;  // generated as F32; stored as the mix says (below)
                 break;
             }
         }
         plans.push_back(std::move(p));
+    }
+    // the types of all tensors at once: the mix looks at the whole model (tied output, positions among layers)
+    std::vector<quant::TensorDesc> descs;
+    for (const Plan &p : plans) descs.push_back({p.name, p.type, {p.ne[0], p.ne[1], p.ne[2], p.ne[3]}});
+    const std::vector<quant::TypeChoice> types = storage_types(o.type, descs, cfg);
+    for (size_t k = 0; k < plans.size(); ++k) {
+        const quant::TypeChoice &c = types[k];
+        plans[k].type = c.type;
+        if (c.type != c.wanted) {
+            fallbacks[fmt::format("use {} instead of {}: rows of {} are not a multiple of {}", ggml_type_name(c.type),
+                                  ggml_type_name(c.wanted), plans[k].ne[0], ggml_blck_size(c.wanted))]++;
+        }
     }
     for (const auto &[what, n] : fallbacks) {
         notes.push_back(fmt::format("{} tensor{} {} (llama.cpp's fallback)", n, n == 1 ? "" : "s", what));
@@ -635,7 +615,7 @@ std::vector<std::string> init_type_names() {
     return v;
 }
 
-int init_file_type(InitType t) { return type_row(t).file_type; }
+int init_file_type(InitType t) { return (int)type_row(t).ftype; }
 
 std::vector<std::string> init_presets() {
     std::vector<std::string> v;

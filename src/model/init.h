@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "model/weights.h"
+#include "quant/mix.h"
 
 #include <ggml.h>
 
@@ -32,12 +33,15 @@ const char *init_type_name(InitType t);             // "q4_k_m"
 std::vector<std::string> init_type_names();
 int init_file_type(InitType t);                     // general.file_type (llama.cpp's LLAMA_FTYPE_*)
 
-// The type a tensor is stored in for `type` (llama.cpp's mix for Q4_K_M and
-// its fallback for rows that are not a multiple of the block; F32 for all
-// but embeddings and matrices). s is bound into w by tensor_specs(cfg, &w);
-// *wanted (optional) receives the type before the fallback.
-ggml_type storage_type(InitType type, const TensorSpec &s, const Weights &w, const Config &cfg, bool tied,
-                       ggml_type *wanted = nullptr);
+// The quantization mix of a type (quant/mix.h: llama.cpp's rules, the one
+// implementation `toy quantize` uses too): its file type, and whether it is
+// pure (one type for every matrix).
+quant::MixOptions init_mix(InitType t);
+quant::MixModel init_mix_model(const Config &cfg);
+// The types a model's tensors are stored in for `type`, for all of them at
+// once (the mix looks at the whole model: a tied output, positions among the
+// layers); `tensors` as they will be written, with the types they have now.
+std::vector<quant::TypeChoice> storage_types(InitType type, const std::vector<quant::TensorDesc> &tensors, const Config &cfg);
 
 struct InitOptions {
     std::string arch = "llama";

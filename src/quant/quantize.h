@@ -1,0 +1,54 @@
+// toy quantize: a GGUF model rewritten in a llama.cpp file type (Q4_K_M,
+// IQ4_XS, ...), tensor for tensor the bytes llama-quantize writes for the
+// same input, type and importance matrix (the types come from quant/mix.h,
+// the bytes from ggml_quantize_chunk).
+//
+// Streaming: one tensor at a time is converted to F32, quantized by
+// n_threads threads and written (gguf::Writer: atomic, nothing at the output
+// path on error). Every check that can fail (types, imatrix, requantizing)
+// runs before the first byte is written.
+#pragma once
+
+#include "quant/imatrix_file.h"
+#include "quant/mix.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace toy::quant {
+
+struct QuantizeOptions {
+    std::string type = "Q8_0";                  // a name of quant_type_names() or a file type number
+    bool pure = false;                          // --pure
+    bool allow_requantize = false;              // --allow-requantize: quantized inputs are dequantized first
+    bool leave_output = false;                  // --leave-output-tensor
+    ggml_type output_type = GGML_TYPE_COUNT;    // --output-tensor-type
+    ggml_type token_embd_type = GGML_TYPE_COUNT;
+    std::optional<Imatrix> imatrix;             // --imatrix
+    std::string imatrix_file;                   // its path, for the output's quantize.imatrix.file
+    std::vector<std::string> include_weights;   // use the imatrix only for entries whose name contains one of these
+    std::vector<std::string> exclude_weights;   // ... or not for these
+    int n_threads = 0;                          // 0: all hardware threads
+};
+
+struct QuantizeResult {
+    std::string type;                // the file type's name
+    int file_type = 0;               // general.file_type written
+    int64_t n_tensors = 0;
+    int64_t n_converted = 0;         // tensors whose type changed
+    int64_t n_fallback = 0;          // tensors stored in another type because of their row length
+    int64_t n_imatrix = 0;           // tensors quantized with importance data
+    int64_t n_imatrix_entries = 0;   // entries left after --include/--exclude-weights
+    uint64_t bytes_in = 0, bytes_out = 0;  // tensor data
+    int64_t n_elements = 0;
+    uint64_t file_bytes = 0;
+    std::map<std::string, int> types;      // tensors per output type
+    std::vector<std::string> notes;        // decisions worth telling the user (fallbacks, imatrix gaps)
+};
+
+// Throws toy::Error; on error nothing is left at `out`.
+QuantizeResult quantize_model(const std::string &in, const std::string &out, const QuantizeOptions &o);
+
+}  // namespace toy::quant
