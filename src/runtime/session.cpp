@@ -44,10 +44,21 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
 
     graph_size_ = graph::forward_graph_size(c, opts_.adapters);
     sched_ = engine_->make_scheduler(graph_size_);
-    if (opts.trace) {
-        trace_.out = opts.trace;
-        ggml_backend_sched_set_eval_callback(sched_, trace_callback, &trace_);
-    }
+    trace_.out = opts.trace;
+    if (opts.trace || opts.eval_callback) ggml_backend_sched_set_eval_callback(sched_, eval_callback, this);
+}
+
+bool Session::eval_callback(ggml_tensor *t, bool ask, void *session) {
+    auto *s = static_cast<Session *>(session);
+    const SessionOptions &o = s->opts_;
+    // each hook is asked again when the node is done, so each sees only the nodes it asked for
+    const bool trace = s->trace_.out && trace_callback(t, true, &s->trace_);
+    const bool user = o.eval_callback && o.eval_callback(t, true, o.eval_callback_data);
+    if (ask) return trace || user;
+    bool go = true;
+    if (trace) go = trace_callback(t, false, &s->trace_);
+    if (user) go = o.eval_callback(t, false, o.eval_callback_data) && go;
+    return go;
 }
 
 Session::~Session() {

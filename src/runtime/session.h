@@ -35,6 +35,13 @@ struct SessionOptions {
     ggml_type type_v = GGML_TYPE_F16;
     FlashAttn flash_attn = FlashAttn::Auto;
     FILE *trace = nullptr;    // non-null: per-graph activation statistics go here
+    // A scheduler eval callback (ggml_backend_sched_eval_callback's contract:
+    // asked with ask = true whether it wants a node, then called with
+    // ask = false once that node is computed; false stops the graph). For
+    // tools that read activations (toy imatrix). Installed only when set, so
+    // graphs run unsplit otherwise; it runs beside --trace when both are on.
+    ggml_backend_sched_eval_callback eval_callback = nullptr;
+    void *eval_callback_data = nullptr;
     const graph::Adapters *adapters = nullptr;  // LoRA terms applied in every graph (kept alive by the caller)
 };
 
@@ -82,6 +89,7 @@ private:
     void decode_ubatch(const Batch &ub, float *out);
     void build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs);
     void set_inputs(const Batch &ub, std::span<const int64_t> cells, std::span<const int32_t> out_rows);
+    static bool eval_callback(ggml_tensor *t, bool ask, void *session);  // trace and/or opts_.eval_callback
 
     const Model &model_;
     SessionOptions opts_;
