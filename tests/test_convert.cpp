@@ -409,6 +409,24 @@ TEST(Convert, FusedExpertTensorsConvertLikePerExpertOnes) {
     EXPECT_TRUE(diff.empty()) << joined(diff);
 }
 
+// --outtype of a quantized file type: the checkpoint converted to F32, then
+// toy quantize's mix; the same file as the two steps by hand.
+TEST(Convert, QuantizedOutTypeEqualsConvertingThenQuantizing) {
+    test::TempDir tmp;
+    const std::string src = test::shell_quote(kData + "/hf/qwen2");
+    ASSERT_EQ(test::run_toy("convert " + src + " --outtype q4_k_m -o " + tmp.file("direct.gguf")).code, 0);
+    ASSERT_EQ(test::run_toy("convert " + src + " --outtype f32 -o " + tmp.file("f32.gguf")).code, 0);
+    ASSERT_EQ(test::run_toy("quantize " + tmp.file("f32.gguf") + " " + tmp.file("two-steps.gguf") + " Q4_K_M").code, 0);
+    std::ifstream a(tmp.file("direct.gguf"), std::ios::binary), b(tmp.file("two-steps.gguf"), std::ios::binary);
+    const std::string da((std::istreambuf_iterator<char>(a)), {}), db((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_FALSE(da.empty());
+    EXPECT_TRUE(da == db);
+    EXPECT_EQ(gguf::File::open(tmp.file("direct.gguf"))->get_int("general.file_type"), 15);
+    std::vector<std::string> left;
+    for (const auto &e : fs::directory_iterator(tmp.path)) left.push_back(e.path().filename().string());
+    EXPECT_EQ(left.size(), 3u) << "the F32 stage is removed";
+}
+
 TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
     test::TempDir tmp;
     const std::string good = kData + "/hf/llama";
@@ -464,6 +482,6 @@ TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
         fs::resize_file(bin, 100000);
         expect_error(bin + " --tokenizer " + test::shell_quote(test::shared_path("models/tok512.bin")), "(truncated)");
     }
-    expect_error(test::shell_quote(good) + " --outtype q3", "--outtype: unknown type 'q3'");
+    expect_error(test::shell_quote(good) + " --outtype q3", "--outtype: unknown type 'q3' (expected auto, f32, f16, bf16, q8_0 or a type of toy quantize");
     expect_error(test::shell_quote(tmp.file("nothing-here")), "no such file or directory");
 }

@@ -3,28 +3,60 @@
 //
 //   toy convert ./TinyStories-656K -o tinystories.gguf
 //   toy convert ./Qwen2.5-0.5B --outtype q8_0 -o qwen.gguf
+//   toy convert ./Qwen2.5-0.5B --outtype q4_k_m -o qwen-q4_k_m.gguf   (through toy quantize)
 //   toy convert stories260K.bin --tokenizer tok512.bin -o stories.gguf
 #include "apps/cli.h"
 #include "convert/hf_model.h"
 #include "convert/llama2c.h"
 #include "core/error.h"
+#include "quant/quantize.h"
 
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 namespace toy::cli {
 namespace {
 namespace fs = std::filesystem;
+
+std::string quant_names() {
+    std::string names;
+    for (const auto &q : quant::quant_type_names()) names += (names.empty() ? "" : ", ") + std::string(q.name);
+    return names;
+}
 
 struct ConvertFlags {
     std::string input, output, outtype = "auto", tokenizer;
     int n_threads = 0;
 };
 
+// --outtype names one of the converter's own types, or any file type
+// `toy quantize` makes (the checkpoint then goes through an F32 GGUF first).
+bool is_converter_type(const std::string &name) {
+    try {
+        convert::parse_out_type(name);
+        return true;
+    } catch (const Error &) {
+        return false;
+    }
+}
+
 int run_convert(const ConvertFlags &f) {
     const auto t0 = std::chrono::steady_clock::now();
-    const convert::OutType type = convert::parse_out_type(f.outtype);
+    const bool quantize = !is_converter_type(f.outtype);
+    std::optional<quant::QuantizeOptions> qo;
+    if (quantize) {
+        try {
+            qo.emplace();
+            qo->type = quant::parse_quant_type(f.outtype).name;
+            qo->n_threads = f.n_threads;
+        } catch (const Error &) {
+            fail("--outtype: unknown type '{}' (expected auto, f32, f16, bf16, q8_0 or a type of toy quantize: {})", f.outtype,
+                 quant_names());
+        }
+    }
+    const convert::OutType type = quantize ? convert::OutType::F32 : convert::parse_out_type(f.outtype);
     if (!fs::exists(f.input)) fail("{}: no such file or directory", f.input);
     convert::Converted m;
     const bool llama2c = !fs::is_directory(f.input);
@@ -43,15 +75,30 @@ int run_convert(const ConvertFlags &f) {
     if (out.empty()) {
         const fs::path in = fs::path(f.input);
         const std::string stem = llama2c ? in.stem().string() : (in.filename().empty() ? in.parent_path() : in).filename().string();
-        out = stem + "-" + ggml_type_name(convert::matrix_type(type, m.first_matrix_dtype)) + ".gguf";
+        out = stem + "-" + (quantize ? qo->type : ggml_type_name(convert::matrix_type(type, m.first_matrix_dtype))) + ".gguf";
     }
     if (fs::exists(out) && fs::equivalent(out, f.input)) fail("-o: the output would overwrite the input {}", f.input);
     for (const auto &n : m.notes) std::fprintf(stderr, "toy: note: %s\n", n.c_str());
-    const convert::WriteResult r = convert::write_converted(m, type, out, f.n_threads);
-    std::fprintf(stderr, "toy: wrote %s: %s, %lld tensors, %.2f M parameters, matrices %s, %.1f MiB, %.1f s\n", out.c_str(),
-                 llama2c ? "llama2.c checkpoint" : "Hugging Face checkpoint", (long long)r.n_tensors, r.n_params / 1e6,
-                 ggml_type_name(r.matrix_type), r.bytes / 1048576.0,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double t_convert = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const char *source = llama2c ? "llama2.c checkpoint" : "Hugging Face checkpoint";
+    if (!quantize) {
+        const convert::WriteResult r = convert::write_converted(m, type, out, f.n_threads);
+        std::fprintf(stderr, "toy: wrote %s: %s, %lld tensors, %.2f M parameters, matrices %s, %.1f MiB, %.1f s\n", out.c_str(),
+                     source, (long long)r.n_tensors, r.n_params / 1e6, ggml_type_name(r.matrix_type), r.bytes / 1048576.0,
+                     t_convert);
+        return 0;
+    }
+    // F32 first (the checkpoint's values exactly: F16 and BF16 widen without
+    // loss), next to the output, removed whatever happens
+    const std::string staged = out + ".f32.tmp";
+    struct Remove {
+        std::string path;
+        ~Remove() { std::error_code ec; fs::remove(path, ec); }
+    } remove{staged};
+    convert::write_converted(m, convert::OutType::F32, staged, f.n_threads);
+    const quant::QuantizeResult q = quant::quantize_model(staged, out, *qo);
+    std::fprintf(stderr, "toy: wrote %s: %s, %lld tensors, %s, %.1f MiB, %.1f s\n", out.c_str(), source, (long long)q.n_tensors,
+                 q.type.c_str(), q.file_bytes / 1048576.0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return 0;
 }
 
@@ -65,8 +112,9 @@ Command reg("convert", "Convert a Hugging Face checkpoint (safetensors) or a lla
         ->required();
     app.add_option("-o,--outfile", f->output, "output GGUF, written atomically (default: <input name>-<type>.gguf here)");
     app.add_option("--outtype", f->outtype,
-                   "auto|f32|f16|bf16|q8_0: type of the matrices (auto: bf16 for a bf16 checkpoint, else f16); "
-                   "norms, biases and routers stay f32");
+                   "auto|f32|f16|bf16|q8_0: type of the matrices (auto: bf16 for a bf16 checkpoint, else f16; "
+                   "norms, biases and routers stay f32), or any type of toy quantize (q4_k_m, ...: converted to f32, "
+                   "then quantized with llama.cpp's mix)");
     app.add_option("--tokenizer", f->tokenizer, "llama2.c only: its tokenizer.bin (default: tokenizer.bin next to the model)");
     app.add_option("-t,--threads", f->n_threads, "threads for the type conversion (0: all)");
     return [f] { return run_convert(*f); };

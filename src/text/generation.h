@@ -28,7 +28,7 @@ struct GenerationLimits {
     bool show_stop = false;           // ... unless this is set (llama.cpp's reverse prompts are shown)
     // The output must be a sentence of this grammar (needs a vocabulary):
     // only tokens it allows are sampled, and generation ends when nothing more may follow.
-    std::shared_ptr<const Grammar> grammar;
+    std::shared_ptr<const Grammar> grammar = nullptr;
 };
 
 // A generated token's log-probability under the model (log-softmax of its
