@@ -476,6 +476,19 @@ TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
         std::ofstream(d / "tokenizer.json") << json{{"model", {{"type", "WordPiece"}, {"vocab", json::object()}}}}.dump();
         expect_error(test::shell_quote(d.string()), "tokenizer model type WordPiece is not supported");
     }
+    {  // fuzz finding: a tokenizer.json that is JSON but not an object (nlohmann's type errors escaped)
+        const fs::path d = copy_of("number-tokenizer");
+        fs::remove(d / "tokenizer.model");
+        std::ofstream(d / "tokenizer.json") << "99999999999999999999";
+        expect_error(test::shell_quote(d.string()), "(tokenizer files): unexpected JSON");
+    }
+    {  // config.json values of the wrong type
+        const fs::path d = copy_of("bad-config");
+        json c = test::read_json((d / "config.json").string());
+        c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", "many"}};
+        std::ofstream(d / "config.json") << c.dump();
+        expect_error(test::shell_quote(d.string()), "unexpected JSON");
+    }
     {  // a truncated llama2.c checkpoint
         const std::string bin = tmp.file("short.bin");
         fs::copy_file(test::shared_path("models/stories260K.bin"), bin);

@@ -547,6 +547,8 @@ std::vector<std::string> hf_architectures() {
     return v;
 }
 
-void convert_hf(const std::string &dir, Converted &out) { HfConverter(dir, out).run(); }
+void convert_hf(const std::string &dir, Converted &out) {
+    with_json_errors(dir, [&] { HfConverter(dir, out).run(); });
+}
 
 }  // namespace toy::convert

@@ -408,40 +408,7 @@ void add_special_tokens(const std::string &dir, const json &config, const json &
     }
 }
 
-}  // namespace
-
-std::string detect_bpe_pre(const json &tj, bool clean_spaces, const std::string &where) {
-    bool byte_level = false;
-    const auto regexes = hf_regexes(tj["pre_tokenizer"], byte_level);
-    if (!regexes) {
-        fail("{}: its pre_tokenizer ({}) has a step toy cannot reproduce", where, tj["pre_tokenizer"].dump().substr(0, 200));
-    }
-    const json &dec = tj["decoder"];
-    if (!byte_level && !(dec.is_object() && dec.value("type", "") == "ByteLevel")) {
-        fail("{}: a BPE tokenizer without byte fallback or a ByteLevel step is not supported", where);
-    }
-    const bool ignore_merges = tj["model"].value("ignore_merges", false);
-    std::vector<std::string> want;
-    try {
-        want = split_with(*regexes, kProbe);
-    } catch (const Error &e) {
-        fail("{}: its pre-tokenizer regex does not compile here ({})", where, e.what());
-    }
-    // Names in order of preference where several behave alike.
-    const std::vector<std::string> preferred = {"gpt-2", "llama-bpe", "qwen2", "smollm", "starcoder", "gpt-4o", "deepseek-v3"};
-    std::vector<std::string> names = preferred;
-    for (const auto &n : text::known_bpe_pre_names())
-        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-    for (const auto &name : names) {
-        const text::BpeStyle *s = text::find_bpe_style(name);
-        if (!s || !s->byte_encode || s->ignore_merges != ignore_merges || s->clean_spaces != clean_spaces) continue;
-        if (split_with(s->regexes, kProbe) == want) return name;
-    }
-    fail("{}: no known pre-tokenizer splits text as its pre_tokenizer does (ignore_merges {}, clean_up_tokenization_spaces {})",
-         where, ignore_merges, clean_spaces);
-}
-
-void add_hf_tokenizer(const std::string &dir, const json &config, int64_t n_vocab, Converted &out) {
+void add_tokenizer(const std::string &dir, const json &config, int64_t n_vocab, Converted &out) {
     const fs::path d(dir);
     json tcfg = json::object();
     if (fs::exists(d / "tokenizer_config.json")) tcfg = read_json_file((d / "tokenizer_config.json").string());
@@ -496,6 +463,43 @@ void add_hf_tokenizer(const std::string &dir, const json &config, int64_t n_voca
         out.set("tokenizer.ggml.add_space_prefix", gguf::Value::boolean(*t.add_space_prefix));
     }
     add_special_tokens(dir, config, tcfg, has_json ? &tj : nullptr, t, out);
+}
+
+}  // namespace
+
+std::string detect_bpe_pre(const json &tj, bool clean_spaces, const std::string &where) {
+    bool byte_level = false;
+    const auto regexes = hf_regexes(tj["pre_tokenizer"], byte_level);
+    if (!regexes) {
+        fail("{}: its pre_tokenizer ({}) has a step toy cannot reproduce", where, tj["pre_tokenizer"].dump().substr(0, 200));
+    }
+    const json &dec = tj["decoder"];
+    if (!byte_level && !(dec.is_object() && dec.value("type", "") == "ByteLevel")) {
+        fail("{}: a BPE tokenizer without byte fallback or a ByteLevel step is not supported", where);
+    }
+    const bool ignore_merges = tj["model"].value("ignore_merges", false);
+    std::vector<std::string> want;
+    try {
+        want = split_with(*regexes, kProbe);
+    } catch (const Error &e) {
+        fail("{}: its pre-tokenizer regex does not compile here ({})", where, e.what());
+    }
+    // Names in order of preference where several behave alike.
+    const std::vector<std::string> preferred = {"gpt-2", "llama-bpe", "qwen2", "smollm", "starcoder", "gpt-4o", "deepseek-v3"};
+    std::vector<std::string> names = preferred;
+    for (const auto &n : text::known_bpe_pre_names())
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    for (const auto &name : names) {
+        const text::BpeStyle *s = text::find_bpe_style(name);
+        if (!s || !s->byte_encode || s->ignore_merges != ignore_merges || s->clean_spaces != clean_spaces) continue;
+        if (split_with(s->regexes, kProbe) == want) return name;
+    }
+    fail("{}: no known pre-tokenizer splits text as its pre_tokenizer does (ignore_merges {}, clean_up_tokenization_spaces {})",
+         where, ignore_merges, clean_spaces);
+}
+
+void add_hf_tokenizer(const std::string &dir, const json &config, int64_t n_vocab, Converted &out) {
+    with_json_errors(dir + " (tokenizer files)", [&] { add_tokenizer(dir, config, n_vocab, out); });
 }
 
 }  // namespace toy::convert

@@ -21,4 +21,16 @@ inline nlohmann::json read_json_file(const std::string &path) {
     }
 }
 
+// Runs f, turning the exception nlohmann's accessors throw for a value of an
+// unexpected type or a missing key into a toy::Error naming `what`: the
+// checkpoint's JSON files are untrusted input.
+template <class F>
+decltype(auto) with_json_errors(const std::string &what, F &&f) {
+    try {
+        return f();
+    } catch (const nlohmann::json::exception &e) {
+        fail("{}: unexpected JSON: {}", what, e.what());
+    }
+}
+
 }  // namespace toy::convert
