@@ -5,6 +5,8 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s, every target)
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh [TARGET...]       (each until N executions)
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="fuzz_grammar ..."]
+#   FUZZ_TIMEOUT=300 ...   seconds a unit may take (default 10; wall-clock, so
+#                          raise it for a niced run that others may pause)
 #
 # Targets: fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_sampler_params
 # fuzz_train_data fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema
@@ -119,7 +121,7 @@ status=0
 for t in "${TARGETS[@]}"; do
   corpus=$BUILD/corpus/$t crashes=$BUILD/crashes/$t log=$BUILD/logs/$t.log
   mkdir -p "$corpus" "$crashes" "$SEEDS/$t"
-  before=$(find "$crashes" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+  before=$(find "$crashes" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   : >"$log.start"; : >"$log.notes"; unconfirmed=0
   if [ -n "${FUZZ_RUNS:-}" ]; then limit=(-runs="$FUZZ_RUNS"); else limit=(-max_total_time="$SECONDS_PER_TARGET"); fi
   rc=0
@@ -127,7 +129,7 @@ for t in "${TARGETS[@]}"; do
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
   OMP_NUM_THREADS=1 \
-    "$BUILD/$t" "${limit[@]}" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    "$BUILD/$t" "${limit[@]}" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}" -print_final_stats=1 \
       -max_len="$(max_len "$t")" -artifact_prefix="$crashes/" "$corpus" "$SEEDS/$t" >"$log" 2>&1 || rc=$?
   # libFuzzer's timeouts are wall-clock: on a loaded machine (a niced run
   # beside a build) a unit can be descheduled past -timeout. A timeout
@@ -138,7 +140,7 @@ for t in "${TARGETS[@]}"; do
       echo "    $(basename "$f"): did not time out when run again (machine load); moved to $crashes/unconfirmed/" >>"$log.notes"
     fi
   done
-  after=$(find "$crashes" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+  after=$(find "$crashes" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   findings=$((after - before))
   if [ $rc -ne 0 ] && [ $findings -eq 0 ]; then
     if [ $unconfirmed -gt 0 ]; then findings="0 (stopped early by an unconfirmed timeout)"; else findings="rc=$rc"; fi

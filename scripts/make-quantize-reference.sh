@@ -190,6 +190,19 @@ PY="python3 $TMP/gguf_tool.py"
 python3 "$TMP/gguf_tool.py" imatrix "$TMP/llama8.gguf" "$OUT/llama8.imatrix.gguf"
 python3 "$TMP/gguf_tool.py" imatrix-dat "$FIX/llama-untied.f16.gguf" "$OUT/llama-untied.imatrix.dat"
 
+# quantize_once DEST LABEL TYPE INPUT [FLAGS...]: one llama-quantize run, its
+# digest (or "LABEL error" when llama-quantize refuses) appended to DEST
+quantize_once() {
+  local dest=$1 label=$2 t=$3 input=$4
+  shift 4
+  if "$REF/llama-quantize" "$@" "$input" "$TMP/out.gguf" "$t" 2 > "$TMP/log.txt" 2>&1; then
+    $PY digest "$TMP/out.gguf" "$label" >> "$dest"
+  else
+    echo "$label error" >> "$dest"
+  fi
+  rm -f "$TMP/out.gguf"
+}
+
 # reference NAME INPUT [IMATRIX]: every type, into $OUT/NAME.txt (or append +imatrix runs)
 reference() {
   local name=$1 input=$2 imatrix=${3:-} suffix="" dest="$OUT/$1.txt"
@@ -197,12 +210,7 @@ reference() {
   for t in $TYPES; do
     local args=()
     [ -n "$imatrix" ] && args=(--imatrix "$imatrix")
-    if "$REF/llama-quantize" "${args[@]}" "$input" "$TMP/out.gguf" "$t" 2 > "$TMP/log.txt" 2>&1; then
-      $PY digest "$TMP/out.gguf" "$t$suffix" >> "$dest"
-    else
-      echo "$t$suffix error" >> "$dest"
-    fi
-    rm -f "$TMP/out.gguf"
+    quantize_once "$dest" "$t$suffix" "$t" "$input" "${args[@]}"
     echo "$name $t$suffix" >&2
   done
 }
@@ -217,12 +225,7 @@ reference_flags() {
     local t=${spec%%@*} args=()
     IFS=, read -r -a args <<< "${spec#*@}"
     for i in "${!args[@]}"; do [ "${args[$i]}" = "--imatrix" ] && args[$((i+1))]="$OUT/${args[$((i+1))]}"; done
-    if "$REF/llama-quantize" "${args[@]}" "$input" "$TMP/out.gguf" "$t" 2 > "$TMP/log.txt" 2>&1; then
-      $PY digest "$TMP/out.gguf" "$spec" >> "$dest"
-    else
-      echo "$spec error" >> "$dest"
-    fi
-    rm -f "$TMP/out.gguf"
+    quantize_once "$dest" "$spec" "$t" "$input" "${args[@]}"
     echo "$name $spec" >&2
   done
 }
