@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "quant/quantize.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -89,8 +91,10 @@ int run_convert(const ConvertFlags &f) {
         return 0;
     }
     // F32 first (the checkpoint's values exactly: F16 and BF16 widen without
-    // loss), next to the output, removed whatever happens
-    const std::string staged = out + ".f32.tmp";
+    // loss), next to the output, removed whatever happens; named as an
+    // AtomicFile temporary of the output, so one a killed process leaves
+    // behind is removed by the next write of that output
+    const std::string staged = fmt::format("{}.tmp.{}.f32stg", out, getpid());
     struct Remove {
         std::string path;
         ~Remove() { std::error_code ec; fs::remove(path, ec); }
