@@ -482,6 +482,13 @@ TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
         std::ofstream(d / "tokenizer.json") << "99999999999999999999";
         expect_error(test::shell_quote(d.string()), "(tokenizer files): unexpected JSON");
     }
+    {  // fuzz finding: 0 key-value heads divided by zero when Q/K rows were permuted
+        const fs::path d = copy_of("zero-kv-heads");
+        json c = test::read_json((d / "config.json").string());
+        c["num_key_value_heads"] = 0;
+        std::ofstream(d / "config.json") << c.dump();
+        expect_error(test::shell_quote(d.string()), "\"num_key_value_heads\" = 0, expected a positive size");
+    }
     {  // config.json values of the wrong type
         const fs::path d = copy_of("bad-config");
         json c = test::read_json((d / "config.json").string());

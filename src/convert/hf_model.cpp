@@ -74,10 +74,15 @@ public:
         if (!v->is_number()) fail("{}: \"{}\": expected a number, found {}", path_, *keys.begin(), v->dump());
         return v->get<double>();
     }
-    int64_t get_int(std::initializer_list<const char *> keys) const {
+    // A size: an integer in 1 .. 2^32-1 (what a GGUF uint32 holds).
+    std::optional<int64_t> opt_size(std::initializer_list<const char *> keys) const {
         auto v = opt_int(keys);
+        if (v && (*v <= 0 || *v > (int64_t)UINT32_MAX)) fail("{}: \"{}\" = {}, expected a positive size", path_, *keys.begin(), *v);
+        return v;
+    }
+    int64_t get_int(std::initializer_list<const char *> keys) const {
+        auto v = opt_size(keys);
         if (!v) fail("{}: \"{}\" is missing", path_, *keys.begin());
-        if (*v <= 0 || *v > (int64_t)UINT32_MAX) fail("{}: \"{}\" = {}, expected a positive size", path_, *keys.begin(), *v);
         return *v;
     }
     bool get_bool(const char *key, bool def) const {
@@ -240,8 +245,14 @@ public:
 
         n_layer_ = hp_->get_int({"num_hidden_layers", "n_layer", "n_layers"});
         n_head_ = hp_->get_int({"num_attention_heads", "n_head", "n_heads"});
-        n_head_kv_ = hp_->opt_int({"num_key_value_heads", "n_kv_heads"}).value_or(n_head_);
+        n_head_kv_ = hp_->opt_size({"num_key_value_heads", "n_kv_heads"}).value_or(n_head_);
         n_embd_ = hp_->get_int({"hidden_size", "n_embd", "dim"});
+        if (!hp_->opt_size({"head_dim"}) && n_embd_ % n_head_ != 0) {
+            fail("{}: hidden size {} is not a multiple of {} attention heads (and no head_dim is given)", hp_->path(), n_embd_, n_head_);
+        }
+        if (n_head_ % n_head_kv_ != 0) {
+            fail("{}: {} attention heads are not a multiple of {} key-value heads", hp_->path(), n_head_, n_head_kv_);
+        }
         write_metadata();
         add_hf_tokenizer(dir_, hp_->raw(), vocab_size_, out_);
         if (std::string(row_.arch) == "gemma2") {
@@ -277,11 +288,11 @@ private:
                                                       : fs::path(dir_).filename().string()));
         const bool gpt2 = row_.layout == Layout::Gpt2;
         set_u32("block_count", n_layer_);
-        if (auto v = h.opt_int({"max_position_embeddings", "n_ctx", "n_positions"})) set_u32("context_length", *v);
+        if (auto v = h.opt_size({"max_position_embeddings", "n_ctx", "n_positions"})) set_u32("context_length", *v);
         set_u32("embedding_length", n_embd_);
         if (gpt2) {
-            set_u32("feed_forward_length", h.opt_int({"n_inner"}).value_or(4 * n_embd_));
-        } else if (auto v = h.opt_int({"intermediate_size"})) {
+            set_u32("feed_forward_length", h.opt_size({"n_inner"}).value_or(4 * n_embd_));
+        } else if (auto v = h.opt_size({"intermediate_size"})) {
             set_u32("feed_forward_length", *v);
         }
         set_u32("attention.head_count", n_head_);
@@ -318,28 +329,28 @@ private:
 
         if (auto v = h.opt_float({"rms_norm_eps"})) set_f32("attention.layer_norm_rms_epsilon", *v);
         if (auto v = h.opt_float({"layer_norm_eps", "layer_norm_epsilon"})) set_f32("attention.layer_norm_epsilon", *v);
-        if (auto v = h.opt_int({"num_local_experts", "num_experts"})) set_u32("expert_count", *v), n_expert_ = *v;
-        if (auto v = h.opt_int({"num_experts_per_tok"})) set_u32("expert_used_count", *v);
+        if (auto v = h.opt_size({"num_local_experts", "num_experts"})) set_u32("expert_count", *v), n_expert_ = *v;
+        if (auto v = h.opt_size({"num_experts_per_tok"})) set_u32("expert_used_count", *v);
 
         const std::string arch = row_.arch;
-        const auto head_dim = h.opt_int({"head_dim"});
+        const auto head_dim = h.opt_size({"head_dim"});
         if (head_dim && arch != "granite") {
             set_u32("attention.key_length", *head_dim);
             set_u32("attention.value_length", *head_dim);
         }
-        vocab_size_ = h.opt_int({"vocab_size"}).value_or(0);
+        vocab_size_ = h.opt_size({"vocab_size"}).value_or(0);
         if (arch == "llama" || arch == "granite") {  // the keys llama.cpp's Llama converter adds
             if (vocab_size_ > 0) set_u32("vocab_size", vocab_size_);
             set_u32("rope.dimension_count", head_dim.value_or(n_embd_ / n_head_));
         }
         if (arch == "qwen3moe") {
-            if (auto v = h.opt_int({"moe_intermediate_size"})) set_u32("expert_feed_forward_length", *v);
+            if (auto v = h.opt_size({"moe_intermediate_size"})) set_u32("expert_feed_forward_length", *v);
         }
         if (arch == "olmoe") set_f32("attention.layer_norm_rms_epsilon", 1e-5);  // as llama.cpp's converter writes it
         if (arch == "gemma2") {
             if (auto v = h.opt_float({"attn_logit_softcapping"})) set_f32("attn_logit_softcapping", *v);
             if (auto v = h.opt_float({"final_logit_softcapping"})) set_f32("final_logit_softcapping", *v);
-            if (auto v = h.opt_int({"sliding_window"})) set_u32("attention.sliding_window", *v);
+            if (auto v = h.opt_size({"sliding_window"})) set_u32("attention.sliding_window", *v);
         }
         if (arch == "granite") {
             if (auto v = h.opt_float({"attention_multiplier"})) set_f32("attention.scale", *v);
@@ -453,7 +464,7 @@ private:
         }
         if (!llama3_.is_null()) {
             const float base = (float)hp_->opt_float({"rope_theta"}).value_or(llama3_.value("rope_theta", 10000.0));
-            const int64_t dim = hp_->opt_int({"head_dim"}).value_or(n_embd_ / n_head_);
+            const int64_t dim = hp_->opt_size({"head_dim"}).value_or(n_embd_ / n_head_);
             auto f = std::make_shared<std::vector<float>>(llama3_rope_factors(
                 base, dim, llama3_.value("factor", 8.0f), llama3_.value("low_freq_factor", 1.0f),
                 llama3_.value("high_freq_factor", 4.0f), (float)llama3_.value("original_max_position_embeddings", 8192)));
