@@ -489,6 +489,15 @@ TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
         std::ofstream(d / "config.json") << c.dump();
         expect_error(test::shell_quote(d.string()), "\"num_key_value_heads\" = 0, expected a positive size");
     }
+    {  // fuzz finding: a tokenizer.json object without "model" was read out of bounds
+        // (nlohmann's const operator[] on a missing key), and a negative added-token id
+        const fs::path d = copy_of("no-model");
+        fs::remove(d / "tokenizer.model");
+        std::ofstream(d / "tokenizer.json") << R"({"version": "1.0", "added_tokens": []})";
+        expect_error(test::shell_quote(d.string()), "tokenizer model type (none) is not supported");
+        std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [{"id": -5, "content": "x"}], "model": {"type": "BPE", "vocab": {"a": 0}}})";
+        expect_error(test::shell_quote(d.string()), "added token 'x' has id -5, expected 0..");
+    }
     {  // config.json values of the wrong type
         const fs::path d = copy_of("bad-config");
         json c = test::read_json((d / "config.json").string());

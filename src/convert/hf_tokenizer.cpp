@@ -5,6 +5,7 @@
 #include "text/pre_tokenizer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -172,7 +173,7 @@ std::optional<std::vector<std::string>> hf_regexes(const json &pre, bool &byte_l
     }
     if (type == "Split") {
         if (pre.value("behavior", "") != "Isolated" || pre.value("invert", false)) return std::nullopt;
-        const json &pat = pre["pattern"];
+        const json &pat = member(pre, "pattern");
         if (pat.contains("Regex")) {
             out.push_back(pat["Regex"].get<std::string>());
         } else if (pat.contains("String")) {
@@ -228,25 +229,30 @@ struct Added {
     bool special = false;
 };
 
-std::map<int64_t, Added> added_tokens(const json &tj) {
+std::map<int64_t, Added> added_tokens(const json &tj, const std::string &path) {
     std::map<int64_t, Added> m;
     for (const auto &a : tj.value("added_tokens", json::array())) {
         if (!a.contains("id") || !a.contains("content")) continue;
-        m[a["id"].get<int64_t>()] = {a["content"].get<std::string>(), a.value("special", false)};
+        const int64_t id = a["id"].get<int64_t>();
+        if (id < 0 || id > (int64_t)INT32_MAX) fail("{}: added token '{}' has id {}, expected 0..{}", path, a["content"].get<std::string>(), id, INT32_MAX);
+        m[id] = {a["content"].get<std::string>(), a.value("special", false)};
     }
     return m;
 }
 
 TokenList read_tokenizer_json(const std::string &path, const json &tj, int64_t n_vocab, bool clean_spaces) {
-    const json &model = tj["model"];
+    const json &model = member(tj, "model");
     if (!model.is_object() || model.value("type", "") != "BPE") {
         fail("{}: tokenizer model type {} is not supported (expected BPE; a SentencePiece model needs tokenizer.model)", path,
              model.is_object() ? model.value("type", "(none)") : "(none)");
     }
     if (!model.contains("vocab") || !model["vocab"].is_object()) fail("{}: model.vocab: expected an object", path);
-    const auto added = added_tokens(tj);
+    const auto added = added_tokens(tj, path);
     int64_t max_id = -1;
-    for (const auto &[tok, id] : model["vocab"].items()) max_id = std::max(max_id, id.get<int64_t>());
+    for (const auto &[tok, id] : model["vocab"].items()) {
+        if (id.get<int64_t>() < 0 || id.get<int64_t>() > (int64_t)INT32_MAX) fail("{}: token '{}' has id {}, expected 0..{}", path, tok, id.get<int64_t>(), INT32_MAX);
+        max_id = std::max(max_id, id.get<int64_t>());
+    }
     for (const auto &[id, a] : added) max_id = std::max(max_id, id);
     const int64_t n = std::max(n_vocab, max_id + 1);
     if (n_vocab > 0 && max_id >= n_vocab) fail("{}: token id {} is beyond the model's {} embedding rows", path, max_id, n_vocab);
@@ -257,7 +263,6 @@ TokenList read_tokenizer_json(const std::string &path, const json &tj, int64_t n
     std::vector<bool> set((size_t)n, false);
     for (const auto &[tok, id] : model["vocab"].items()) {
         const int64_t i = id.get<int64_t>();
-        if (i < 0) fail("{}: token '{}' has a negative id", path, tok);
         if (set[(size_t)i]) fail("{}: id {} is given to two tokens", path, i);
         t.tokens[(size_t)i] = tok, t.types[(size_t)i] = kNormal, set[(size_t)i] = true;
     }
@@ -298,12 +303,12 @@ TokenList read_tokenizer_json(const std::string &path, const json &tj, int64_t n
             if (set[(size_t)i] && s.size() == 6 && s.starts_with("<0x") && s.ends_with(">")) t.types[(size_t)i] = kByte;
         }
         bool prepend = false;
-        const json &norm = tj["normalizer"];
+        const json &norm = member(tj, "normalizer");
         std::vector<json> parts;
         if (norm.is_object() && norm.value("type", "") == "Sequence") parts = norm.value("normalizers", std::vector<json>{});
         else if (norm.is_object()) parts.push_back(norm);
         for (const auto &p : parts) prepend |= p.value("type", "") == "Prepend" && p.value("prepend", "") == kSpaceMark;
-        const json &pre = tj["pre_tokenizer"];
+        const json &pre = member(tj, "pre_tokenizer");
         if (pre.is_object() && pre.value("type", "") == "Metaspace") prepend = pre.value("prepend_scheme", "always") != "never";
         t.add_space_prefix = prepend;
     } else {
@@ -339,7 +344,7 @@ void add_special_tokens(const std::string &dir, const json &config, const json &
                         Converted &out) {
     std::map<std::string, int64_t> by_text;
     if (tj) {
-        for (const auto &[id, a] : added_tokens(*tj)) by_text.emplace(a.content, id);
+        for (const auto &[id, a] : added_tokens(*tj, (fs::path(dir) / "tokenizer.json").string())) by_text.emplace(a.content, id);
     }
     // tokenizer_config.json's <kind>_token, config.json's <kind>_token_id -> GGUF key
     const std::pair<const char *, const char *> kinds[] = {
@@ -370,8 +375,8 @@ void add_special_tokens(const std::string &dir, const json &config, const json &
             out.set("tokenizer.ggml." + key, gguf::Value::boolean(tcfg[key].get<bool>()));
         }
     }
-    if (tj && !tcfg.contains("add_bos_token") && (*tj)["post_processor"].is_object()) {
-        const json &pp = (*tj)["post_processor"];
+    if (tj && !tcfg.contains("add_bos_token") && member(*tj, "post_processor").is_object()) {
+        const json &pp = member(*tj, "post_processor");
         if (pp.value("type", "") == "TemplateProcessing" && pp.contains("single") && pp["single"].is_array()) {
             const json &single = pp["single"];
             const bool bos_first = !single.empty() && single.front().contains("SpecialToken");
@@ -431,7 +436,10 @@ void add_tokenizer(const std::string &dir, const json &config, int64_t n_vocab, 
         }
         if (tcfg.contains("added_tokens_decoder") && tcfg["added_tokens_decoder"].is_object()) {
             for (const auto &[key, tok] : tcfg["added_tokens_decoder"].items()) {
-                const int64_t i = std::stoll(key);
+                int64_t i = -1;
+                if (auto [p, ec] = std::from_chars(key.data(), key.data() + key.size(), i); ec != std::errc() || p != key.data() + key.size()) {
+                    fail("tokenizer_config.json: added_tokens_decoder key '{}' is not a token id", key);
+                }
                 if (i < 0 || (n_vocab > 0 && i >= n_vocab) || !tok.contains("content")) continue;
                 if ((size_t)i >= t.tokens.size()) t.resize((size_t)i + 1, -1000.0f);
                 std::string content = tok["content"].get<std::string>();
@@ -469,15 +477,15 @@ void add_tokenizer(const std::string &dir, const json &config, int64_t n_vocab, 
 
 std::string detect_bpe_pre(const json &tj, bool clean_spaces, const std::string &where) {
     bool byte_level = false;
-    const auto regexes = hf_regexes(tj["pre_tokenizer"], byte_level);
+    const auto regexes = hf_regexes(member(tj, "pre_tokenizer"), byte_level);
     if (!regexes) {
-        fail("{}: its pre_tokenizer ({}) has a step toy cannot reproduce", where, tj["pre_tokenizer"].dump().substr(0, 200));
+        fail("{}: its pre_tokenizer ({}) has a step toy cannot reproduce", where, member(tj, "pre_tokenizer").dump().substr(0, 200));
     }
-    const json &dec = tj["decoder"];
+    const json &dec = member(tj, "decoder");
     if (!byte_level && !(dec.is_object() && dec.value("type", "") == "ByteLevel")) {
         fail("{}: a BPE tokenizer without byte fallback or a ByteLevel step is not supported", where);
     }
-    const bool ignore_merges = tj["model"].value("ignore_merges", false);
+    const bool ignore_merges = member(tj, "model").value("ignore_merges", false);
     std::vector<std::string> want;
     try {
         want = split_with(*regexes, kProbe);

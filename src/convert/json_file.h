@@ -21,6 +21,16 @@ inline nlohmann::json read_json_file(const std::string &path) {
     }
 }
 
+// j[key], or null when j is not an object or has no such key. (nlohmann's
+// const operator[] is undefined behaviour for a missing key: the converter's
+// JSON files are untrusted, so every optional member is read through this.)
+inline const nlohmann::json &member(const nlohmann::json &j, const char *key) {
+    static const nlohmann::json null;
+    if (!j.is_object()) return null;
+    auto it = j.find(key);
+    return it == j.end() ? null : *it;
+}
+
 // Runs f, turning the exception nlohmann's accessors throw for a value of an
 // unexpected type or a missing key into a toy::Error naming `what`: the
 // checkpoint's JSON files are untrusted input.
