@@ -480,6 +480,8 @@ TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
         const fs::path d = copy_of("number-tokenizer");
         fs::remove(d / "tokenizer.model");
         std::ofstream(d / "tokenizer.json") << "99999999999999999999";
+        expect_error(test::shell_quote(d.string()), "tokenizer model type (none) is not supported");
+        std::ofstream(d / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": "zero"}}})";
         expect_error(test::shell_quote(d.string()), "(tokenizer files): unexpected JSON");
     }
     {  // fuzz finding: 0 key-value heads divided by zero when Q/K rows were permuted
