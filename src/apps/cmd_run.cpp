@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -22,6 +23,7 @@ namespace {
 
 struct RunOptions {
     ModelFlags model;
+    DraftFlags draft;
     PromptFlags input;
     ConstraintFlags constraint;
     int n_predict = -1;
@@ -48,23 +50,30 @@ public:
     ShiftingContext(Session &s, bool shift, size_t n_keep) : s_(s), shift_(shift), n_keep_(n_keep) {}
 
     bool eval(std::span<const int32_t> toks) {
+        if (!make_room(toks.size())) return false;
+        s_.eval(toks);
+        history_.insert(history_.end(), toks.begin(), toks.end());
+        return true;
+    }
+    // Shifts (if allowed) so that n more tokens fit; false when they cannot.
+    bool make_room(size_t n) {
         const size_t n_ctx = (size_t)s_.n_ctx();
-        if (history_.size() + toks.size() > n_ctx) {
+        if (history_.size() + n > n_ctx) {
             if (!shift_) return false;
             const size_t drop = (history_.size() - n_keep_) / 2;
             std::vector<int32_t> kept(history_.begin(), history_.begin() + (long)n_keep_);
             kept.insert(kept.end(), history_.begin() + (long)(n_keep_ + drop), history_.end());
-            if (kept.size() + toks.size() > n_ctx) fail("--keep {}: the context is still full after a shift", n_keep_);
+            if (kept.size() + n > n_ctx) fail("--keep {}: the context is still full after a shift", n_keep_);
             s_.reset();
             s_.eval(kept);
             history_ = std::move(kept);
             ++shifts_;
         }
-        s_.eval(toks);
-        history_.insert(history_.end(), toks.begin(), toks.end());
         return true;
     }
     int shifts() const { return shifts_; }
+    // The tokens in the cache, in order (speculative decoding evaluates and trims them itself).
+    std::vector<int32_t> &tokens() { return history_; }
 
 private:
     Session &s_;
@@ -80,7 +89,7 @@ int run_generate(const RunOptions &o) {
 
     const auto t_load = Clock::now();
     auto model = o.model.load();
-    const double load_ms = ms_since(t_load);
+    double load_ms = ms_since(t_load);
 
     // prompt -> ids
     const bool as_ids = o.input.as_ids();
@@ -97,6 +106,9 @@ int run_generate(const RunOptions &o) {
 
     Session session(*model, o.model.session_options());
     print_notes(session);
+    const auto t_draft = Clock::now();
+    const std::unique_ptr<Speculator> spec = o.draft.make(session, o.model);
+    load_ms += ms_since(t_draft);  // a draft model's load counts as loading
     const int64_t n_ctx = session.n_ctx();
     if ((int64_t)prompt.size() > n_ctx) fail("the prompt has {} tokens but the context holds {} (raise -c)", prompt.size(), n_ctx);
     if ((o.interactive || o.interactive_first) && as_ids) fail("-i: interactive mode needs text, not --tokens");
@@ -142,6 +154,10 @@ int run_generate(const RunOptions &o) {
     text::StopReason last_reason = text::StopReason::None;
     double gen_ms = 0;
     bool waiting = o.interactive_first;
+    // After a speculative pass the session's last row may be a rejected
+    // guess's: the logits of the position decided last are kept here for a
+    // next turn that evaluates nothing first (-i, end of text, an empty line).
+    std::vector<float> held;
     for (;;) {
         if (waiting) {
             std::vector<int32_t> user;
@@ -151,29 +167,45 @@ int run_generate(const RunOptions &o) {
                 context_full = true;
                 break;
             }
+            if (!user.empty()) held.clear();
         }
         text::GenerationLimits limits{o.n_predict, o.ignore_eos, o.reverse, /*show_stop=*/true, grammar};
         text::Generation gen(vocab.get(), sampler, limits, o.special);
         const auto t_gen = Clock::now();
         int32_t unevaluated = -1;
-        for (;;) {
-            const std::span<const float> logits(session.last_logits(), (size_t)session.n_vocab());
-            const text::Step st = gen.next(logits);
+        auto on_step = [&](const text::Step &st, std::span<const float> logits) {
             if (st.token >= 0 && o.n_probs > 0) probs.push_back(text::logprob_of(logits, st.token, o.n_probs));
             if (st.token >= 0 && as_ids && !o.json) {
                 std::printf(generated.size() + gen.tokens().size() > 1 ? " %d" : "%d", st.token);
                 std::fflush(stdout);
             }
             if (!as_ids) show(st.text);
-            if (st.done) {
-                unevaluated = st.token;
-                break;
+            if (spec && st.done && logits.data() != held.data()) held.assign(logits.begin(), logits.end());
+        };
+        auto last_logits = [&] { return std::span<const float>(session.last_logits(), (size_t)session.n_vocab()); };
+        const std::span<const float> first = held.empty() ? last_logits() : std::span<const float>(held);
+        text::Step st = gen.next(first);
+        on_step(st, first);
+        while (!st.done) {
+            if (spec) {
+                // the target evaluates st.token and a draft in one pass and decides one or more tokens
+                if (!context.make_room(1)) {
+                    context_full = true;
+                    break;
+                }
+                // no guesses beyond -n: the pass decides at most (draft + 1) tokens
+                const int64_t left = o.n_predict < 0 ? INT_MAX : o.n_predict - (int64_t)gen.tokens().size();
+                st = spec->step(gen, context.tokens(), st.token, (int)std::clamp<int64_t>(left - 1, 0, INT_MAX), on_step);
+                continue;
             }
             if (!eval(std::span<const int32_t>(&st.token, 1))) {
                 context_full = true;
                 break;
             }
+            st = gen.next(last_logits());
+            on_step(st, last_logits());
         }
+        if (st.done) unevaluated = st.token;
         gen_ms += ms_since(t_gen);
         const std::string tail = gen.flush();
         if (!as_ids) show(tail);
@@ -185,6 +217,7 @@ int run_generate(const RunOptions &o) {
             context_full = true;
             break;
         }
+        if (unevaluated >= 0) held.clear();
         waiting = true;
     }
     const double pp_tps = prompt.size() / (prompt_ms / 1000.0);
@@ -195,6 +228,12 @@ int run_generate(const RunOptions &o) {
         j["prompt_tokens"] = prompt;
         j["tokens"] = generated;
         j["seed"] = sampler.seed();
+        if (spec) {
+            const SpeculativeStats &ss = spec->stats();
+            j["speculative"] = {{"drafter", spec->drafter().name()}, {"drafted", ss.drafted},
+                                {"accepted", ss.accepted},          {"acceptance", ss.acceptance()},
+                                {"target_passes", ss.passes}};
+        }
         j["stop"] = context_full                                      ? "context"
                     : last_reason == text::StopReason::Length           ? "length"
                     : last_reason == text::StopReason::StopString       ? "reverse_prompt"
@@ -231,6 +270,15 @@ int run_generate(const RunOptions &o) {
         }
         std::fprintf(stderr, "toy: load %.0f ms | prompt %zu tokens, %.1f t/s | generation %zu tokens, %.1f t/s\n",
                      load_ms, prompt.size(), pp_tps, generated.size(), tg_tps);
+        if (spec) {
+            const SpeculativeStats &ss = spec->stats();
+            std::fprintf(stderr,
+                         "toy: %s: drafted %lld, accepted %lld (%.1f%%) | %lld target passes, %.2f tokens each | "
+                         "%.1f t/s\n",
+                         spec->drafter().name().c_str(), (long long)ss.drafted, (long long)ss.accepted,
+                         100.0 * ss.acceptance(), (long long)ss.passes,
+                         ss.passes ? (double)ss.decided / (double)ss.passes : 0.0, tg_tps);
+        }
     }
     return 0;
 }
@@ -309,6 +357,7 @@ namespace {
 Command reg("run", "Generate text (or token ids) from a prompt", [](CLI::App &app) {
     auto o = std::make_shared<RunOptions>();
     o->model.add_to(app);
+    o->draft.add_to(app);
     o->input.add_to(app, /*with_tokens=*/true);
     app.add_option("-n,--n-predict", o->n_predict, "tokens to generate (-1: until end of text or full context)")
         ->capture_default_str();

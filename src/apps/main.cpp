@@ -19,7 +19,7 @@ const std::map<std::string, std::string> kAliases = {
     {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-fa", "--flash-attn"},
     {"-sys", "--system-prompt"}, {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"}, {"-wd", "--weight-decay"},
     {"-epochs", "--epochs"}, {"-opt", "--optimizer"}, {"-val-split", "--val-split"}, {"-np", "--parallel"},
-    {"-no-cnv", "--no-conversation"}, {"-st", "--single-turn"},
+    {"-no-cnv", "--no-conversation"}, {"-st", "--single-turn"}, {"-md", "--model-draft"},
 };
 
 size_t edit_distance(const std::string &a, const std::string &b) {

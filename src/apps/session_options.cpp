@@ -1,3 +1,8 @@
+// CLI11's lexical_conversion for the pair-valued --lora-scaled option trips
+// GCC 12's -Wmaybe-uninitialized inside the CLI11 header (a false positive in
+// third-party code); kept out of this file's warnings only.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "apps/session_options.h"
 
 #include "core/error.h"
@@ -98,6 +103,39 @@ std::unique_ptr<Model> ModelFlags::load() const {
     auto model = Model::load(model_path, load_options());
     loras_ = lora.load(*model);
     return model;
+}
+
+void DraftFlags::add_to(CLI::App &app) {
+    app.add_option("--model-draft,--spec-draft-model", model_path,
+                   "speculative decoding: a smaller model with the same vocabulary drafts tokens; also -md");
+    app.add_option("--draft-max,--draft,--spec-draft-n-max", params.n_max,
+                   "speculative decoding: tokens drafted per target pass at most");
+    app.add_option("--draft-min,--spec-draft-n-min", params.n_min,
+                   "speculative decoding: a shorter draft is not used");
+    app.add_option("--draft-p-min,--spec-draft-p-min", params.p_min,
+                   "speculative decoding: the draft model stops before a token it gives less probability");
+    app.add_option("--lookup-ngram", lookup_ngram,
+                   "prompt lookup decoding: draft the tokens that followed the latest earlier occurrence of the "
+                   "context's last N tokens (0: off)");
+}
+
+std::unique_ptr<Speculator> DraftFlags::make(Session &target, const ModelFlags &flags) const {
+    check_draft_params(params);
+    if (lookup_ngram < 0) fail("--lookup-ngram: expected an n-gram size from 1 to 64 (0: off), found {}", lookup_ngram);
+    if (!model_path.empty() && lookup_ngram > 0) fail("--model-draft and --lookup-ngram: choose one drafter");
+    std::unique_ptr<Drafter> drafter;
+    if (lookup_ngram > 0) {
+        drafter = std::make_unique<PromptLookup>(lookup_ngram);
+    } else if (!model_path.empty()) {
+        model_ = Model::load(model_path, flags.load_options());
+        check_same_vocab(target.model(), *model_);
+        SessionOptions so = flags.session_options();
+        so.n_ctx = target.n_ctx();  // the draft follows the same context (its own default could be smaller)
+        drafter = std::make_unique<DraftModel>(*model_, so, params.p_min);
+    } else {
+        return nullptr;
+    }
+    return std::make_unique<Speculator>(target, std::move(drafter), params);
 }
 
 void print_notes(const Session &s) {

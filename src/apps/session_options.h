@@ -6,6 +6,7 @@
 #include "model/lora_adapter.h"
 #include "model/model.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "text/vocab.h"
 
 #include <CLI/CLI.hpp>
@@ -57,6 +58,24 @@ struct ModelFlags {
 
 private:
     mutable LoraSet loras_;
+};
+
+// Speculative decoding (toy run): --model-draft / -md FILE, --draft-max,
+// --draft-min, --draft-p-min as llama.cpp spells them, and --lookup-ngram N
+// (prompt lookup, no second model).
+struct DraftFlags {
+    std::string model_path;
+    int lookup_ngram = 0;  // 0: off
+    DraftParams params;
+
+    void add_to(CLI::App &app);
+    // The speculator for the target's session, or null when no drafter is
+    // asked for. Loads the draft model (kept with these flags) with the
+    // target's load and session options, checked to share its vocabulary.
+    std::unique_ptr<Speculator> make(Session &target, const ModelFlags &flags) const;
+
+private:
+    mutable std::unique_ptr<Model> model_;
 };
 
 // Prints the session's notes (e.g. flash attention switched on) to stderr.
