@@ -51,7 +51,9 @@ void expect_same(const quant::Imatrix &got, const quant::Imatrix &want) {
         for (float v : w.in_sum2) big = std::max(big, v);
         double worst = 0;
         for (size_t i = 0; i < w.in_sum2.size(); ++i) worst = std::max(worst, (double)std::abs(g.in_sum2[i] - w.in_sum2[i]));
-        EXPECT_LE(worst / big, 1e-5) << name;
+        // float sums over the text in another order: 1.6e-6 measured in a
+        // Release build, 2.8e-5 under the sanitizer build's other vectorization
+        EXPECT_LE(worst / big, 1e-4) << name;
     }
 }
 

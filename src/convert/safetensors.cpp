@@ -218,10 +218,18 @@ std::vector<float> Safetensors::read_f32(const StTensor &t) {
     };
     if (t.dtype == "F32") {
         std::memcpy(out.data(), p, n * 4);
-    } else if (t.dtype == "F16") {
-        ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(p), out.data(), (int64_t)n);
-    } else if (t.dtype == "BF16") {
-        ggml_bf16_to_fp32_row(reinterpret_cast<const ggml_bf16_t *>(p), out.data(), (int64_t)n);
+    } else if (t.dtype == "F16" || t.dtype == "BF16") {
+        // a file whose header length is not a multiple of 8 leaves the data
+        // unaligned; ggml's row converters read 2-byte elements in place
+        std::vector<uint16_t> aligned;
+        const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
+        if (reinterpret_cast<uintptr_t>(p) % alignof(uint16_t) != 0) {
+            aligned.resize(n);
+            std::memcpy(aligned.data(), p, n * 2);
+            h = aligned.data();
+        }
+        if (t.dtype == "F16") ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(h), out.data(), (int64_t)n);
+        else ggml_bf16_to_fp32_row(reinterpret_cast<const ggml_bf16_t *>(h), out.data(), (int64_t)n);
     } else if (t.dtype == "F64") {
         each([&](size_t i) { return (float)get(i, 0.0); });
     } else if (t.dtype == "I64") {
