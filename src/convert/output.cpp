@@ -1,6 +1,7 @@
 #include "convert/output.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "gguf/gguf_writer.h"
 
 #include <algorithm>
@@ -30,35 +31,38 @@ uint32_t file_type_of(ggml_type t) {
     }
 }
 
-// Quantizes rows [0, n_rows) of `src` into `out` on n_threads threads.
+// Quantizes rows [0, n_rows) of `src` into `out` on n_threads threads, in
+// chunks of about 64K values (each row is converted on its own, so the
+// bytes do not depend on the chunking).
 void quantize_rows(ggml_type type, const float *src, uint8_t *out, int64_t n_rows, int64_t n_per_row, int n_threads) {
     if (type == GGML_TYPE_F32) {
         std::memcpy(out, src, (size_t)(n_rows * n_per_row) * sizeof(float));
         return;
     }
     ggml_quantize_init(type);
-    const int threads = (int)std::clamp<int64_t>(n_threads, 1, std::max<int64_t>(1, n_rows * n_per_row / 65536));
-    const int64_t per = (n_rows + threads - 1) / threads;
-    auto work = [&](int k) {
-        const int64_t r0 = k * per, nr = std::min(per, n_rows - r0);
-        if (nr > 0) ggml_quantize_chunk(type, src, out, r0 * n_per_row, nr, n_per_row, nullptr);
-    };
-    std::vector<std::thread> pool;
-    for (int k = 1; k < threads; ++k) pool.emplace_back(work, k);
-    work(0);
-    for (auto &t : pool) t.join();
+    const int64_t chunk_rows = std::max<int64_t>(1, 65536 / n_per_row);
+    const size_t row_size = ggml_row_size(type, n_per_row);
+    parallel_for((n_rows + chunk_rows - 1) / chunk_rows, n_threads, [&](int64_t c) {
+        const int64_t r0 = c * chunk_rows, nr = std::min(chunk_rows, n_rows - r0);
+        ggml_quantize_chunk(type, src + r0 * n_per_row, out + (size_t)r0 * row_size, 0, nr, n_per_row, nullptr);
+    });
 }
 
 }  // namespace
 
-OutType parse_out_type(const std::string &name) {
+std::optional<OutType> find_out_type(const std::string &name) {
     std::string lower = name;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return (char)std::tolower(c); });
-    std::string names;
     for (const auto &r : kOutTypes) {
         if (lower == r.name) return r.type;
-        names += (names.empty() ? "" : ", ") + std::string(r.name);
     }
+    return std::nullopt;
+}
+
+OutType parse_out_type(const std::string &name) {
+    if (auto t = find_out_type(name)) return *t;
+    std::string names;
+    for (const auto &r : kOutTypes) names += (names.empty() ? "" : ", ") + std::string(r.name);
     fail("--outtype: unknown type '{}' (expected one of {})", name, names);
 }
 

@@ -4,6 +4,7 @@
 //   -> per tensor: type (llama.cpp's rules), initializer -> streamed write.
 #include "model/init.h"
 
+#include "core/parallel.h"
 #include "gguf/gguf_writer.h"
 #include "model/weights.h"
 
@@ -430,30 +431,22 @@ void fill_tensor(const Plan &p, uint64_t seed, int n_threads, uint8_t *out, uint
     const int64_t n_chunks = (n_rows + rows_per_chunk - 1) / rows_per_chunk;
     const uint64_t tensor_seed = splitmix64(seed ^ fnv1a(p.name));
 
-    std::atomic<int64_t> next{0};
-    auto work = [&](std::vector<float> &buf) {
-        for (int64_t c = next.fetch_add(1); c < n_chunks; c = next.fetch_add(1)) {
-            const int64_t r0 = c * rows_per_chunk;
-            const int64_t nr = std::min(rows_per_chunk, n_rows - r0);
-            const int64_t n = nr * n_per_row;
-            if (p.init == Init::Normal) {
-                Normal gen(splitmix64(tensor_seed + (uint64_t)c));
-                for (int64_t i = 0; i < n; ++i) buf[i] = p.scale * gen.next();
-            } else if (p.init == Init::Constant) {
-                std::fill(buf.begin(), buf.begin() + n, p.scale);
-            } else {
-                for (int64_t i = 0; i < n; ++i) buf[i] = p.values[(size_t)(r0 * n_per_row + i)];
-            }
-            ggml_quantize_chunk(p.type, buf.data(), out + r0 * row_size, 0, nr, n_per_row, nullptr);
+    const int threads = n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+    parallel_for(n_chunks, threads, [&](int64_t c) {
+        const int64_t r0 = c * rows_per_chunk;
+        const int64_t nr = std::min(rows_per_chunk, n_rows - r0);
+        const int64_t n = nr * n_per_row;
+        std::vector<float> buf((size_t)n);
+        if (p.init == Init::Normal) {
+            Normal gen(splitmix64(tensor_seed + (uint64_t)c));
+            for (int64_t i = 0; i < n; ++i) buf[i] = p.scale * gen.next();
+        } else if (p.init == Init::Constant) {
+            std::fill(buf.begin(), buf.end(), p.scale);
+        } else {
+            for (int64_t i = 0; i < n; ++i) buf[i] = p.values[(size_t)(r0 * n_per_row + i)];
         }
-    };
-    int threads = n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-    threads = (int)std::min<int64_t>(threads, n_chunks);
-    std::vector<std::vector<float>> bufs(threads, std::vector<float>((size_t)(rows_per_chunk * n_per_row)));
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work, std::ref(bufs[t]));
-    work(bufs[0]);
-    for (auto &th : pool) th.join();
+        ggml_quantize_chunk(p.type, buf.data(), out + r0 * row_size, 0, nr, n_per_row, nullptr);
+    });
 }
 
 // Llama-3 frequency factors, computed as llama.cpp's converter does.

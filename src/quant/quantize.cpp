@@ -5,6 +5,7 @@
 #include "quant/quantize.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "gguf/gguf_writer.h"
 
 #include <algorithm>
@@ -69,32 +70,6 @@ int layer_of(const std::string &name) {
 
 bool contains_any(const std::string &s, const std::vector<std::string> &parts) {
     return std::any_of(parts.begin(), parts.end(), [&](const std::string &p) { return s.find(p) != std::string::npos; });
-}
-
-// Runs body(i) for i in [0, n) on up to n_threads threads (the caller's included).
-void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &body) {
-    const int nt = (int)std::max<int64_t>(1, std::min<int64_t>(n_threads, n));
-    if (nt == 1) {
-        for (int64_t i = 0; i < n; ++i) body(i);
-        return;
-    }
-    std::atomic<int64_t> next{0};
-    std::exception_ptr error;
-    std::mutex error_mutex;
-    auto work = [&] {
-        try {
-            for (int64_t i; (i = next.fetch_add(1)) < n;) body(i);
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(error_mutex);
-            if (!error) error = std::current_exception();
-            next = n;
-        }
-    };
-    std::vector<std::thread> threads;
-    for (int t = 1; t < nt; ++t) threads.emplace_back(work);
-    work();
-    for (auto &t : threads) t.join();
-    if (error) std::rethrow_exception(error);
 }
 
 // One tensor's plan.

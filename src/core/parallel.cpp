@@ -1,0 +1,37 @@
+#include "core/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace toy {
+
+void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &body) {
+    const int nt = (int)std::max<int64_t>(1, std::min<int64_t>(n_threads, n));
+    if (nt == 1) {
+        for (int64_t i = 0; i < n; ++i) body(i);
+        return;
+    }
+    std::atomic<int64_t> next{0};
+    std::exception_ptr error;
+    std::mutex error_mutex;
+    auto work = [&] {
+        try {
+            for (int64_t i; (i = next.fetch_add(1)) < n;) body(i);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(error_mutex);
+            if (!error) error = std::current_exception();
+            next = n;
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 1; t < nt; ++t) threads.emplace_back(work);
+    work();
+    for (auto &t : threads) t.join();
+    if (error) std::rethrow_exception(error);
+}
+
+}  // namespace toy
