@@ -31,6 +31,11 @@ struct TokenList {
     std::string pre;
     std::optional<bool> add_space_prefix;
 
+    // An added token (tokenizer.json's added_tokens, tokenizer_config.json's
+    // added_tokens_decoder): a control token when flagged special or shaped
+    // like one; else user-defined text, its U+2581 written as spaces
+    // (llama.cpp's converter pre-normalizes them so).
+    void set_added(size_t i, const std::string &content, bool special);
     // Unused [PAD<id>] tokens up to n (the embedding has rows for them).
     void resize(size_t n, float score) {
         for (size_t i = tokens.size(); i < n; ++i) {
@@ -54,6 +59,16 @@ std::string replace_all(std::string s, const std::string &from, const std::strin
 }
 
 const std::string kSpaceMark = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+
+void TokenList::set_added(size_t i, const std::string &content, bool special) {
+    if (special || looks_special(content)) {
+        types[i] = kControl;
+        tokens[i] = content;
+    } else {
+        types[i] = kUserDefined;
+        tokens[i] = replace_all(content, kSpaceMark, " ");
+    }
+}
 
 // ---------------------------------------------------------------- SentencePiece
 
@@ -316,16 +331,7 @@ TokenList read_tokenizer_json(const std::string &path, const json &tj, int64_t n
         t.merges = std::move(merges);
         t.pre = detect_bpe_pre(tj, clean_spaces, path);
     }
-    for (const auto &[id, a] : added) {
-        const size_t i = (size_t)id;
-        if (a.special || looks_special(a.content)) {
-            t.types[i] = kControl;
-            t.tokens[i] = a.content;
-        } else {
-            t.types[i] = kUserDefined;
-            t.tokens[i] = replace_all(a.content, kSpaceMark, " ");
-        }
-    }
+    for (const auto &[id, a] : added) t.set_added((size_t)id, a.content, a.special);
     return t;
 }
 
@@ -442,14 +448,8 @@ void add_tokenizer(const std::string &dir, const json &config, int64_t n_vocab, 
                 }
                 if (i < 0 || (n_vocab > 0 && i >= n_vocab) || !tok.contains("content")) continue;
                 if ((size_t)i >= t.tokens.size()) t.resize((size_t)i + 1, -1000.0f);
-                std::string content = tok["content"].get<std::string>();
-                if (tok.value("special", false) || looks_special(content)) {
-                    t.types[(size_t)i] = kControl;
-                } else {
-                    content = replace_all(content, kSpaceMark, " ");
-                    t.types[(size_t)i] = kUserDefined;
-                }
-                t.tokens[(size_t)i] = content, t.scores[(size_t)i] = -1000.0f;
+                t.set_added((size_t)i, tok["content"].get<std::string>(), tok.value("special", false));
+                t.scores[(size_t)i] = -1000.0f;
             }
         }
         if (n_vocab > 0) t.resize((size_t)n_vocab, -1000.0f);
