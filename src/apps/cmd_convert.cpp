@@ -33,20 +33,12 @@ struct ConvertFlags {
     int n_threads = 0;
 };
 
-// --outtype names one of the converter's own types, or any file type
-// `toy quantize` makes (the checkpoint then goes through an F32 GGUF first).
-bool is_converter_type(const std::string &name) {
-    try {
-        convert::parse_out_type(name);
-        return true;
-    } catch (const Error &) {
-        return false;
-    }
-}
-
 int run_convert(const ConvertFlags &f) {
     const auto t0 = std::chrono::steady_clock::now();
-    const bool quantize = !is_converter_type(f.outtype);
+    // --outtype names one of the converter's own types, or any file type
+    // `toy quantize` makes (the checkpoint then goes through an F32 GGUF first)
+    const std::optional<convert::OutType> own = convert::find_out_type(f.outtype);
+    const bool quantize = !own;
     std::optional<quant::QuantizeOptions> qo;
     if (quantize) {
         try {
@@ -58,7 +50,7 @@ int run_convert(const ConvertFlags &f) {
                  quant_names());
         }
     }
-    const convert::OutType type = quantize ? convert::OutType::F32 : convert::parse_out_type(f.outtype);
+    const convert::OutType type = own.value_or(convert::OutType::F32);
     if (!fs::exists(f.input)) fail("{}: no such file or directory", f.input);
     convert::Converted m;
     const bool llama2c = !fs::is_directory(f.input);

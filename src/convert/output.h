@@ -7,6 +7,7 @@
 #include "gguf/gguf_reader.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,8 @@ namespace toy::convert {
 // --outtype: auto picks F16, or BF16 when the checkpoint's first matrix is
 // BF16 (and F16 when it is F16), as llama.cpp's converter does.
 enum class OutType { Auto, F32, F16, BF16, Q8_0 };
-OutType parse_out_type(const std::string &name);  // "f16"; throws toy::Error listing the choices
+std::optional<OutType> find_out_type(const std::string &name);  // "f16" (any case); nullopt when not one
+OutType parse_out_type(const std::string &name);                // the same; throws toy::Error listing the choices
 const char *out_type_name(OutType t);
 
 struct OutTensor {
