@@ -1,11 +1,11 @@
 #include "convert/llama2c.h"
 
+#include "convert/mapped_file.h"
+
 #include "core/error.h"
 #include "core/memory.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -15,29 +15,6 @@
 
 namespace toy::convert {
 namespace {
-
-// The whole checkpoint mapped read-only; shared by the tensors' producers.
-struct Mapping {
-    const uint8_t *base = nullptr;
-    uint64_t size = 0;
-    explicit Mapping(const std::string &path) {
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) fail("{}: cannot open ({})", path, std::strerror(errno));
-        struct stat sb{};
-        if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) {
-            ::close(fd);
-            fail("{}: expected a non-empty regular file", path);
-        }
-        size = (uint64_t)sb.st_size;
-        void *p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        ::close(fd);
-        if (p == MAP_FAILED) fail("{}: cannot map ({})", path, std::strerror(errno));
-        base = static_cast<const uint8_t *>(p);
-    }
-    ~Mapping() { munmap(const_cast<uint8_t *>(base), size); }
-    Mapping(const Mapping &) = delete;
-    Mapping &operator=(const Mapping &) = delete;
-};
 
 struct Header {
     int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
@@ -103,10 +80,11 @@ void read_tokenizer(const std::string &path, int64_t n_vocab, Converted &out) {
 }  // namespace
 
 void convert_llama2c(const std::string &model_bin, const std::string &tokenizer_bin, Converted &out) {
-    auto map = std::make_shared<Mapping>(model_bin);
+    auto map = std::make_shared<MappedFile>(model_bin);  // shared by the tensors' producers
     Header h{};
-    if (map->size < sizeof(Header)) fail("{}: {} bytes, too short for a llama2.c header (28 bytes)", model_bin, map->size);
-    std::memcpy(&h, map->base, sizeof(Header));
+    if (map->size() == 0) fail("{}: expected a non-empty regular file", model_bin);
+    if (map->size() < sizeof(Header)) fail("{}: {} bytes, too short for a llama2.c header (28 bytes)", model_bin, map->size());
+    std::memcpy(&h, map->data(), sizeof(Header));
     const bool shared = h.vocab_size > 0;
     const int64_t n_vocab = std::abs((int64_t)h.vocab_size);
     auto check = [&](const char *what, int64_t v, int64_t max) {
@@ -141,11 +119,11 @@ void convert_llama2c(const std::string &model_bin, const std::string &tokenizer_
         offset[p.name] = pos;
         pos += (uint64_t)(p.n * p.layers) * sizeof(float);
     }
-    if (pos != map->size) {
+    if (pos != map->size()) {
         fail("{}: {} bytes, but its header (dim {}, hidden_dim {}, {} layers, {} heads, {} kv heads, vocab {}, seq_len {}) "
              "needs {} bytes{}",
-             model_bin, map->size, h.dim, h.hidden_dim, h.n_layers, h.n_heads, h.n_kv_heads, h.vocab_size, h.seq_len, pos,
-             pos > map->size ? " (truncated)" : "");
+             model_bin, map->size(), h.dim, h.hidden_dim, h.n_layers, h.n_heads, h.n_kv_heads, h.vocab_size, h.seq_len, pos,
+             pos > map->size() ? " (truncated)" : "");
     }
 
     out.set("general.architecture", gguf::Value::str("llama"));
@@ -168,8 +146,8 @@ void convert_llama2c(const std::string &model_bin, const std::string &tokenizer_
         const uint64_t at = offset.at(part) + (uint64_t)(layer * n) * sizeof(float);
         out.tensors.push_back({std::move(name), std::move(ne), [map, at, n] {
                                    std::vector<float> v((size_t)n);
-                                   std::memcpy(v.data(), map->base + at, (size_t)n * sizeof(float));
-                                   advise_whole_blocks(map->base + at, (size_t)n * sizeof(float), (size_t)sysconf(_SC_PAGESIZE), MADV_DONTNEED);
+                                   std::memcpy(v.data(), map->data() + at, (size_t)n * sizeof(float));
+                                   advise_whole_blocks(map->data() + at, (size_t)n * sizeof(float), (size_t)sysconf(_SC_PAGESIZE), MADV_DONTNEED);
                                    return v;
                                }});
     };

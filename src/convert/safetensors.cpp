@@ -7,9 +7,7 @@
 #include <ggml.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,11 +46,7 @@ std::string StTensor::shape_string() const {
     return s + "]";
 }
 
-Safetensors::~Safetensors() {
-    for (const Mapping &m : maps_) {
-        if (m.base) munmap(const_cast<uint8_t *>(m.base), m.size);
-    }
-}
+Safetensors::~Safetensors() = default;
 
 std::unique_ptr<Safetensors> Safetensors::open_file(const std::string &path) {
     std::unique_ptr<Safetensors> st(new Safetensors());
@@ -109,23 +103,10 @@ std::unique_ptr<Safetensors> Safetensors::open_dir(const std::string &dir) {
 }
 
 void Safetensors::add_file(const std::string &path, const std::vector<std::string> *expected_names) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail("{}: cannot open ({})", path, std::strerror(errno));
-    struct stat sb{};
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        ::close(fd);
-        fail("{}: not a regular file", path);
-    }
-    const uint64_t size = (uint64_t)sb.st_size;
-    if (size < 8) {
-        ::close(fd);
-        fail("{}: truncated: {} bytes, a safetensors file has at least an 8-byte header length", path, size);
-    }
-    void *p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) fail("{}: cannot map ({})", path, std::strerror(errno));
-    maps_.push_back({static_cast<const uint8_t *>(p), size});
-    const uint8_t *base = maps_.back().base;
+    maps_.push_back(std::make_unique<MappedFile>(path));
+    const uint8_t *base = maps_.back()->data();
+    const uint64_t size = maps_.back()->size();
+    if (size < 8) fail("{}: truncated: {} bytes, a safetensors file has at least an 8-byte header length", path, size);
 
     uint64_t n_header = 0;
     std::memcpy(&n_header, base, 8);

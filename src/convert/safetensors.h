@@ -10,6 +10,8 @@
 // to dtype x shape, no overlaps, names unique across shards.
 #pragma once
 
+#include "convert/mapped_file.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,12 +56,8 @@ private:
     Safetensors() = default;
     void add_file(const std::string &path, const std::vector<std::string> *expected_names);
 
-    struct Mapping {
-        const uint8_t *base = nullptr;
-        uint64_t size = 0;
-    };
     std::string where_;
-    std::vector<Mapping> maps_;
+    std::vector<std::unique_ptr<MappedFile>> maps_;
     std::vector<StTensor> tensors_;
     std::map<std::string, size_t> index_;
 };
