@@ -14,13 +14,18 @@
 #   ROOFLINE [1]: also probe memory bandwidth (toy bench --roofline)
 #   ONESHOTS [3]: one-shot runs per engine per round (load time and RSS)
 #   TOY_FLAGS [""]: extra flags for toy bench and toy run (e.g. "--hugepages on")
-#   LLAMA ["off fixed"]: which llama.cpp builds to compare with, any of
+#   LLAMA [AMX CPUs: "off fixed"; others: "on"]: which llama.cpp builds to compare with, any of
 #     off    the reference build with its AMX weight buffers disabled (below)
 #     on     the reference build as it is (on AMX CPUs its quantized prompts
 #            crash; the script then keeps tg only)
 #     fixed  the same llama.cpp source built with toy's AMX compiler fix
 #            (cmake/amx_tile_config.h) into $FIXED_DIR [~/.cache/toy-reference-amxfix]:
 #            llama.cpp at its best on this CPU
+#   IK ["ik ik-rtr" when $IK_DIR/build/bin/llama-bench exists, else ""]: ik_llama.cpp
+#     (the CPU-tuned fork; ../shared/tools/build-ik-llama-reference.sh builds it into
+#     IK_DIR [~/.cache/ik-llama-reference]) as a third engine, speed only (it has no
+#     llama-completion for the one-shot runs): "ik" as it is, "ik-rtr" with -rtr 1
+#     (its run-time repacking of the weights)
 #
 # Method (see BENCHMARKS.md):
 # - speed: each round runs `toy bench` and `llama-bench` with the same -t -p -n
@@ -60,7 +65,13 @@ ROUNDS=${ROUNDS:-2}
 ROOFLINE=${ROOFLINE:-1}
 ONESHOTS=${ONESHOTS:-3}
 read -r -a TOY_EXTRA <<< "${TOY_FLAGS:-}"
-LLAMA=${LLAMA:-"off fixed"}
+# The CPU kind decides which llama.cpp builds differ (only AMX CPUs need "off"/"fixed").
+CPU_NAME=$(lscpu | sed -n 's/^Model name: *//p')
+if grep -qw amx_tile /proc/cpuinfo; then CPU_AMX=yes; else CPU_AMX=no; fi
+CPU_FLAGS=$(grep -m1 -o -w -E 'avx512f|avx512_vnni|avx512_bf16|avx512_fp16|avx2|amx_tile|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')
+if [ "$CPU_AMX" = yes ]; then LLAMA=${LLAMA:-"off fixed"}; else LLAMA=${LLAMA:-"on"}; fi
+IK_DIR=${IK_DIR:-$HOME/.cache/ik-llama-reference}
+if [ -x "$IK_DIR/build/bin/llama-bench" ]; then IK=${IK-"ik ik-rtr"}; else IK=${IK:-}; fi
 FIXED_DIR=${FIXED_DIR:-$HOME/.cache/toy-reference-amxfix}
 MODELS=${MODELS:-"smollm2-135m:f16 smollm2-135m:q8_0 qwen2.5-0.5b:q8_0 llama-3.2-1b:q4_k_m"}
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -89,6 +100,12 @@ fi
 for cfg in $LLAMA; do
   case $cfg in off | on | fixed) ;; *) echo "compare: LLAMA: unknown build '$cfg' (expected off, on or fixed)" >&2; exit 1 ;; esac
 done
+for cfg in $IK; do
+  case $cfg in ik | ik-rtr) ;; *) echo "compare: IK: unknown engine '$cfg' (expected ik or ik-rtr)" >&2; exit 1 ;; esac
+  [ -x "$IK_DIR/build/bin/llama-bench" ] ||
+    { echo "compare: IK=$IK but $IK_DIR/build/bin/llama-bench is missing (../shared/tools/build-ik-llama-reference.sh)" >&2; exit 1; }
+done
+log "CPU: $CPU_NAME; AMX: $CPU_AMX; engines: toy, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
 mkdir -p "$RESULTS_DIR"
 if [[ " $LLAMA " == *" off "* ]]; then
   cat > "$RESULTS_DIR/no_amx.c" <<'C'
@@ -127,6 +144,8 @@ llama_cmd() {
     off) echo env "LD_PRELOAD=$RESULTS_DIR/no_amx.so" "$REF_DIR/bin/$2" ;;
     on) echo "$REF_DIR/bin/$2" ;;
     fixed) echo "$FIXED_DIR/build/bin/$2" ;;
+    ik) echo "$IK_DIR/build/bin/$2" ;;
+    ik-rtr) echo "$IK_DIR/build/bin/$2" -rtr 1 ;;
   esac
 }
 
@@ -147,8 +166,8 @@ if awk '{exit !($1 > 0.5)}' /proc/loadavg; then
 fi
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpus"
-  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
+  echo "cpu: $CPU_NAME, $(nproc) cpus, AMX: $CPU_AMX, flags: $CPU_FLAGS"
+  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
   echo "toy: $("$TOY" --version)"
   echo "load average at start: $(cat /proc/loadavg)"
 } > "$RESULTS_DIR/settings.txt"
@@ -195,12 +214,12 @@ round_of() {  # path tag round engine...
   for ((k = 1; k <= ONESHOTS; k++)); do
     for e in "$@"; do
       if [ "$e" = toy ]; then oneshot_toy "$path" "$RESULTS_DIR/$tag.toy-oneshot.$round.$k"
-      else oneshot_llama "$e" "$path" "$RESULTS_DIR/$tag.llama-$e-oneshot.$round.$k"; fi
+      elif [[ $e != ik* ]]; then oneshot_llama "$e" "$path" "$RESULTS_DIR/$tag.llama-$e-oneshot.$round.$k"; fi
     done
   done
 }
 
-engines=(toy $LLAMA)
+engines=(toy $LLAMA $IK)
 reversed=()
 for ((i = ${#engines[@]} - 1; i >= 0; i--)); do reversed+=("${engines[i]}"); done
 for spec in $MODELS; do
@@ -215,11 +234,14 @@ done
 echo "load average at end: $(cat /proc/loadavg)" >> "$RESULTS_DIR/settings.txt"
 
 # ---- table ----
-python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA" <<'PY'
+python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA $IK" "$CPU_NAME" "$CPU_AMX" <<'PY'
 import glob, json, re, statistics, sys
 
 res_dir, models, builds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
-LABEL = {"off": "llama.cpp AMX off", "on": "llama.cpp as built", "fixed": "llama.cpp AMX fixed"}
+LABEL = {"off": "llama.cpp AMX off", "on": "llama.cpp", "fixed": "llama.cpp AMX fixed",
+         "ik": "ik_llama.cpp", "ik-rtr": "ik_llama.cpp -rtr 1"}
+print(f"CPU: {sys.argv[4]} (AMX: {sys.argv[5]})")
+print()
 
 def load_json(path):
     try:
@@ -311,6 +333,7 @@ for spec in models:
         row(cells)
 
 print()
+builds = [b for b in builds if not b.startswith("ik")]  # ik_llama.cpp: speed only
 head = ["model", "toy one-shot ms"] + [f"{LABEL[b]} ms" for b in builds] + [f"toy / {LABEL[b]}" for b in builds]
 head += ["toy peak RSS MiB"] + [f"{LABEL[b]} MiB" for b in builds] + [f"toy / {LABEL[b]}" for b in builds]
 row(head)
@@ -333,4 +356,4 @@ if roof_lines:
         row(l)
 PY
 echo
-echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\"; raw results in $RESULTS_DIR"
+echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\"; raw results in $RESULTS_DIR"

@@ -1,5 +1,5 @@
-// toy's packed Q8_0 and F16 kernels against ggml's own matmul: the same products
-// up to float summation order, for every column count the kernel tiles
+// toy's packed Q8_0, F16, Q4_K and Q6_K kernels against ggml's own matmul: the
+// same products up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, partial passes, several 64-column panels) and
 // for inputs that are views with strides.
 #include "graph/packed_matmul.h"
@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -28,7 +29,7 @@ class PackedMatmulOf : public ::testing::TestWithParam<ggml_type> {};
 
 TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
     const ggml_type type = GetParam();
-    const int64_t shape[2] = {64, 16};
+    const int64_t shape[2] = {256, 16};
     if (!graph::packed_matmul_supports(type, shape, 2)) GTEST_SKIP() << "no AVX-512 VNNI: ggml's kernels run";
     std::mt19937 rng(11);
     std::normal_distribution<float> g(0.0f, 1.0f);
@@ -43,8 +44,14 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                                            {256, 80, 64, false},
                                            {256, 80, 70, false},
                                            {64, 32, 130, true},
-                                           {1536, 16, 5, false}}) {
-        if (type == GGML_TYPE_Q8_0 && k.n_in % 32 != 0) continue;
+                                           {1536, 16, 5, false},
+                                           {512, 32, 1, false},
+                                           {512, 32, 2, false},
+                                           {768, 48, 8, false},
+                                           {512, 16, 11, false},
+                                           {256, 32, 130, true}}) {
+        const int64_t block = ggml_blck_size(type);
+        if (k.n_in % block != 0) continue;
         SCOPED_TRACE(fmt::format("n_in {} n_out {} columns {}{}", k.n_in, k.n_out, k.cols, k.strided ? " strided" : ""));
         const int64_t wide = k.strided ? 2 * k.cols : k.cols;
         ggml_init_params ip{(size_t)(k.n_in * k.n_out * 4 + k.n_in * wide * 8 + k.n_out * k.cols * 16) +
@@ -52,7 +59,10 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                             nullptr, false};
         ggml_context *ctx = ggml_init(ip);
         ggml_tensor *w = ggml_new_tensor_2d(ctx, type, k.n_in, k.n_out);
+        // the packed layout may be larger than the type's rows (Q4_K): its own bytes
+        std::vector<uint8_t> packed_bytes(graph::packed_size(type, k.n_in, k.n_out));
         ggml_tensor *packed = ggml_new_tensor_2d(ctx, type, k.n_in, k.n_out);
+        packed->data = packed_bytes.data();
         std::vector<float> wf(k.n_in * k.n_out);
         // rows of very different sizes, a zero block, a block with one large value
         for (int64_t r = 0; r < k.n_out; ++r) {
@@ -60,13 +70,12 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         }
         for (int64_t i = 0; i < 32; ++i) wf[i] = 0.0f;
         wf[k.n_in + 3] = 1000.0f;
-        if (type == GGML_TYPE_Q8_0) {
-            ggml_quantize_chunk(type, wf.data(), w->data, 0, k.n_out, k.n_in, nullptr);
-            graph::pack_q8_0(w->data, packed->data, k.n_in, k.n_out);
-        } else {
+        if (type == GGML_TYPE_F16) {
             ggml_fp32_to_fp16_row(wf.data(), static_cast<ggml_fp16_t *>(w->data), (int64_t)wf.size());
-            graph::pack_f16(w->data, packed->data, k.n_in, k.n_out);
+        } else {
+            ggml_quantize_chunk(type, wf.data(), w->data, 0, k.n_out, k.n_in, nullptr);
         }
+        graph::pack_matrix(type, w->data, packed->data, k.n_in, k.n_out, 2);
 
         ggml_tensor *xs = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k.n_in, wide);
         for (int64_t i = 0; i < ggml_nelements(xs); ++i) ((float *)xs->data)[i] = g(rng);
@@ -86,7 +95,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         // fp16-rounded inputs, in double (ggml's F16 paths for many columns
         // round differently, so each is held to the exact value)
         std::vector<float> wd(wf.size());
-        if (type == GGML_TYPE_F16) ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(w->data), wd.data(), (int64_t)wd.size());
+        ggml_get_type_traits(type)->to_float(w->data, wd.data(), (int64_t)wd.size());
         auto exact = [&](int64_t r, int64_t c, double *mag) {
             const float *xc = (const float *)((const char *)x->data + c * x->nb[1]);
             double sum = 0;
@@ -95,6 +104,26 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                 const double xi = ggml_fp16_to_fp32(ggml_fp32_to_fp16(xc[i]));
                 sum += (double)wd[r * k.n_in + i] * xi;
                 *mag += std::fabs((double)wd[r * k.n_in + i] * xi);
+            }
+            return sum;
+        };
+        // sum w x (and sum |w x|) with x as ggml quantizes it for Q4_K and Q6_K
+        auto exact_q8_k = [&](int64_t r, int64_t c, double *mag) {
+            const float *xc = (const float *)((const char *)x->data + c * x->nb[1]);
+            std::vector<uint8_t> q(ggml_row_size(GGML_TYPE_Q8_K, k.n_in));
+            std::vector<float> xd(k.n_in);
+            ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(xc, q.data(), k.n_in);
+            const size_t block = ggml_type_size(GGML_TYPE_Q8_K);  // float d, int8 qs[256], int16 sums
+            for (int64_t i = 0; i < k.n_in; ++i) {
+                float d;
+                std::memcpy(&d, q.data() + i / 256 * block, sizeof d);
+                xd[i] = d * (float)(int8_t)q[i / 256 * block + 4 + i % 256];
+            }
+            double sum = 0;
+            *mag = 0;
+            for (int64_t i = 0; i < k.n_in; ++i) {
+                sum += (double)wd[r * k.n_in + i] * xd[i];
+                *mag += std::fabs((double)wd[r * k.n_in + i] * xd[i]);
             }
             return sum;
         };
@@ -108,6 +137,17 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                     const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
+                } else if (type != GGML_TYPE_F16) {
+                    // Q4_K, Q6_K: the exact sum of the products with the input as
+                    // ggml quantizes it (Q8_K). ggml converts partial integer sums to
+                    // float and adds them, where they may cancel (Q4_K's scale and
+                    // min terms, Q6_K's offset 32), so it is held to a looser bound.
+                    double mag = 0;
+                    const double e = exact_q8_k(r, c, &mag);
+                    const double tol = 1e-5 * (1.0 + mag);
+                    worst = std::max(worst, std::fabs(a - e) / tol);
+                    ASSERT_NEAR(a, e, tol) << "row " << r << " column " << c;
+                    ASSERT_NEAR(b, e, 100 * tol) << "ggml, row " << r << " column " << c;
                 } else {
                     double mag = 0;
                     const double e = exact(r, c, &mag);
@@ -123,18 +163,24 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf, ::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16),
+INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
+                         ::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K),
                          [](const auto &info) { return std::string(ggml_type_name(info.param)); });
 
-TEST(PackedMatmul, SupportsQ8_0AndF16MatricesOfWholeRowGroups) {
-    const int64_t ok[2] = {64, 32}, odd_rows[2] = {64, 40}, stacked[3] = {64, 32, 2};
+TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
+    const int64_t ok[2] = {64, 32}, odd_rows[2] = {64, 40}, stacked[3] = {64, 32, 2}, k_ok[2] = {256, 32};
     const bool here = graph::packed_matmul_supports(GGML_TYPE_Q8_0, ok, 2);
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_F32, ok, 2));
-    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q5_K, k_ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, ok, 2));  // 64 inputs: not a whole super-block
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, odd_rows, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, stacked, 3));
     if (!here) GTEST_SKIP() << "no AVX-512 VNNI in this build";
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_F16, ok, 2));
     const int64_t vocab[2] = {576, 49152};
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, vocab, 2));
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, k_ok, 2));
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q6_K, k_ok, 2));
+    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q6_K, 256, 32), ggml_row_size(GGML_TYPE_Q6_K, 256) * 32);
+    EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_K), graph::packed_input_type(GGML_TYPE_Q6_K));
 }

@@ -75,6 +75,7 @@ struct TestResult {
     std::vector<uint64_t> samples_ns;
     std::vector<double> samples_ts;
     std::optional<DecodeBytes> decode_bytes;  // tg tests under --roofline
+    Session::GraphWork graph;                 // the last graph the test evaluated (tg: one decode step)
     double ceiling_ts = 0.0;
 
     std::string name() const {
@@ -240,6 +241,7 @@ public:
             r.samples_ns.push_back(ns);
             r.samples_ts.push_back(1e9 * (n_prompt + n_gen) / (double)ns);
         }
+        r.graph = s.graph_work();
         return r;
     }
 
@@ -395,6 +397,9 @@ private:
             {"stddev_ts", stddev(r.samples_ts)},
             {"samples_ns", r.samples_ns},
             {"samples_ts", r.samples_ts},
+            {"graph_nodes", r.graph.nodes},
+            {"graph_ops", r.graph.ops},
+            {"graph_barriers", r.graph.barriers},
         };
     }
 
@@ -518,6 +523,12 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
         where += fmt::format("{}{} {:.1f} MiB", where.empty() ? "" : ", ", buf, bytes / 1024.0 / 1024.0);
     }
     std::printf("weights: %s\n", where.c_str());
+    for (const auto &r : results) {
+        if (r.n_prompt != 0 || r.n_gen == 0) continue;
+        std::printf("%s: one decode step is %d graph nodes, %d ops that compute (%d fused by ggml), %d thread "
+                    "barriers\n",
+                    r.name().c_str(), r.graph.nodes, r.graph.ops, r.graph.fused, r.graph.barriers);
+    }
     if (bw) {
         print_bandwidth(*bw);
         for (const auto &r : results) {

@@ -56,7 +56,8 @@ ggml_tensor *Builder::add_terms(const std::vector<LoraTerm> &terms, ggml_tensor 
 
 ggml_tensor *Builder::mul_mat(ggml_tensor *w, ggml_tensor *x) const {
     if (!w_.is_packed(w)) return ggml_mul_mat(ctx_, w, x);
-    ggml_tensor *&xq = quantized_inputs_[{x, w->type}];
+    if (packed_input_inline(x)) return packed_mul_mat(ctx_, w, x);
+    ggml_tensor *&xq = quantized_inputs_[{x, packed_input_type(w->type)}];
     if (!xq) xq = quantize_input(ctx_, x, w->type);
     return packed_mul_mat(ctx_, w, x, xq);
 }

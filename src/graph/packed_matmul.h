@@ -1,22 +1,32 @@
-// toy's own matrix-multiply kernels for Q8_0 and F16 weights on CPUs with
-// AVX-512 VNNI, where ggml has no repacked layout for them on x86 (its
-// tinyBLAS and vec_dot paths reload every weight block once per column).
-// F16 (below the Q8_0 description): groups of 16 rows stored input by
-// input, converted with VCVTPH2PS and multiplied by up to 8 float32 columns
-// (rounded through fp16 first, as ggml rounds them) per load.
+// toy's own matrix-multiply kernels for Q8_0, F16, Q4_K and Q6_K weights on
+// CPUs with AVX-512 VNNI, where ggml has no repacked layout for Q8_0 and F16
+// on x86 (its tinyBLAS and vec_dot paths reload every weight block once per
+// column) and its Q4_K repack is a 256-bit kernel.
 //
-// At load, a Q8_0 matrix [n_in, n_out] is rewritten in groups of 16 rows: for
-// each block of 32 inputs, the 16 rows' fp16 scales, then their 16 x 32
-// quants with 128 added (unsigned) and interleaved 4 bytes per row, so one
-// 512-bit VPDPBUSD multiplies 4 inputs of all 16 rows by one broadcast
-// 4-byte group of a column. The weights of a block stay in registers while
-// up to 8 columns pass over them. Same size as Q8_0 (34 bytes per 32 values).
+// At load a matrix [n_in, n_out] is rewritten in groups of 16 rows, so one
+// 512-bit instruction works on all 16 rows and the weights of a block stay in
+// registers while up to 8 input columns pass over them:
+// - Q8_0: per block of 32 inputs, the 16 rows' fp16 scales, then their
+//   16 x 32 quants with 128 added (unsigned) and interleaved 4 bytes per row,
+//   so one VPDPBUSD multiplies 4 inputs of all 16 rows by one broadcast
+//   4-byte group of a column. Same size as Q8_0.
+// - F16: per input, the 16 rows' weights; VCVTPH2PS + FMA with float32
+//   columns rounded through fp16 first (as ggml rounds them), so every
+//   product is ggml's, exact in float32. Same size as F16.
+// - Q4_K and Q6_K: per super-block of 256 inputs, the rows' scales unpacked
+//   to bytes, then the quants (4-bit, plus Q6_K's 2 high bits in their own
+//   planes) as unsigned bytes interleaved 4 per row, two 4-bit values per
+//   byte; VPDPBUSD against the input quantized as ggml quantizes it for these
+//   types (Q8_K: 256 values per scale), the sub-block scales applied to the
+//   exact int32 sums, the mins (Q4_K) and the offset 32 (Q6_K) taken back
+//   with the input's sums of 32 and 16 values. Q6_K keeps its size, Q4_K
+//   grows 2.8% (its 6-bit scales stored as bytes).
 //
-// In the graph, y = W x is two custom ops: x quantized per 32 values as
-// ggml quantizes a Q8_0 matmul's input (scale amax/127 rounded to fp16, quants
-// rounded to nearest even), then the products. Each block's integer dot is
-// exact (the +128 is taken back with the column's block sum), so the result
-// is ggml's Q8_0 x Q8_0 dot product up to float summation order.
+// In the graph, y = W x is two custom ops: x prepared for the type (quantized
+// per 32 or 256 values, or rounded to fp16), then the products; for a few
+// columns (decoding) one op, each thread preparing x for itself. Each block's
+// integer dot is exact, so the result is ggml's dot product up to float
+// summation order.
 #pragma once
 
 #include <ggml.h>
@@ -27,24 +37,38 @@
 namespace toy::graph {
 
 // Whether this build has the kernel for a matrix of this type and shape:
-// Q8_0 or F16, 2-D, n_out a multiple of 16. False on CPUs without AVX-512 VNNI
-// (the build is -march=native), where ggml's own kernels run instead.
+// Q8_0, F16, Q4_K or Q6_K, 2-D, n_out a multiple of 16. False on CPUs without
+// AVX-512 VNNI (the build is -march=native), where ggml's own kernels run.
 bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 
-// Rewrites a Q8_0 matrix [n_in, n_out] (ggml's row-major blocks) into the
-// packed layout at dst; both are ggml_row_size(Q8_0, n_in) * n_out bytes.
-void pack_q8_0(const void *src, void *dst, int64_t n_in, int64_t n_out);
-// The same for F16: per group of 16 rows, input by input, the 16 weights.
-void pack_f16(const void *src, void *dst, int64_t n_in, int64_t n_out);
+// Bytes of a packed matrix [n_in, n_out] of `type` (for Q4_K more than
+// ggml_row_size(type, n_in) * n_out).
+size_t packed_size(ggml_type type, int64_t n_in, int64_t n_out);
+
+// Rewrites a matrix [n_in, n_out] of `type` (ggml's row-major blocks) into the
+// packed layout at dst (packed_size bytes), on up to n_threads threads.
+void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64_t n_out, int n_threads = 1);
 
 // y = W x for a packed W [n_in, n_out] and x [n_in, ...] float32, as
 // ggml_mul_mat(W, x) would compute it: [n_out, ...]. `xq`, when not null, is
-// x already quantized by an earlier call with the same x (see quantize_input).
+// x already prepared by quantize_input for a matrix of the same input kind;
+// when null, x is prepared inside the product where packed_input_inline(x),
+// else by a quantize_input op of its own.
 ggml_tensor *packed_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *xq = nullptr);
 
-// x [n_in, ...] prepared for packed_mul_mat by a matrix of `type` (Q8_0:
-// quantized; F16: rounded through fp16, as ggml does): several matrices
-// multiplying the same input (gate and up) share one preparation.
+// Whether x has so few columns (decoding) that every thread of the product
+// prepares it for itself: no op and no thread barrier of its own, so not
+// worth sharing between matrices either.
+bool packed_input_inline(const ggml_tensor *x);
+
+// The form of the input a matrix of `type` multiplies: matrices whose types
+// give the same value (Q4_K and Q6_K; gate and up of one type) can share one
+// quantize_input of the same x.
+ggml_type packed_input_type(ggml_type type);
+
+// x [n_in, ...] prepared for packed_mul_mat by a matrix of `type` (Q8_0,
+// Q4_K, Q6_K: quantized as ggml quantizes that matmul's input; F16: rounded
+// through fp16, as ggml does).
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type);
 
 }  // namespace toy::graph

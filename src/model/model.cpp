@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <sys/mman.h>
 
@@ -291,18 +292,21 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     const std::vector<ggml_backend_buffer_type_t> extra_bufts =
         opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
     const bool huge_pages = want_huge_pages(opts.huge_pages);
-    auto extra_for = [&](const Entry &e) -> ggml_backend_buffer_type_t {
-        if (e.role != TensorRole::Linear && e.role != TensorRole::Experts) return nullptr;
-        for (auto *b : extra_bufts) {
-            if (buft_supports_matmul(b, e.type, e.ne.data(), (int)e.ne.size())) return b;
-        }
-        return nullptr;
-    };
-    // Else (where no extra buffer type takes it) toy's own packed layout,
-    // where its kernel takes the matrix.
+    // toy's own packed layout, where its kernel takes the matrix.
     auto packed_for = [&](const Entry &e) {
         return opts.repack && e.role == TensorRole::Linear &&
                graph::packed_matmul_supports(e.type, e.ne.data(), (int)e.ne.size());
+    };
+    // An extra buffer type goes first (AMX is faster than toy's kernel),
+    // except ggml's generic CPU repack, whose x86 kernels for the types toy
+    // packs (Q4_K) are 256-bit: toy's 512-bit kernel takes those.
+    auto extra_for = [&](const Entry &e) -> ggml_backend_buffer_type_t {
+        if (e.role != TensorRole::Linear && e.role != TensorRole::Experts) return nullptr;
+        for (auto *b : extra_bufts) {
+            if (std::strcmp(ggml_backend_buft_name(b), "CPU_REPACK") == 0 && packed_for(e)) continue;
+            if (buft_supports_matmul(b, e.type, e.ne.data(), (int)e.ne.size())) return b;
+        }
+        return nullptr;
     };
     Weights &w = m->w_;
     const bool tied = std::none_of(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.output; });
@@ -378,7 +382,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
     }
     size_t packed_size = 0;
-    for (const Plan &p : plans) packed_size += p.packed ? GGML_PAD(ggml_nbytes(p.t), kPackedAlign) : 0;
+    auto packed_bytes = [](const ggml_tensor *t) { return graph::packed_size(t->type, t->ne[0], t->ne[1]); };
+    for (const Plan &p : plans) packed_size += p.packed ? GGML_PAD(packed_bytes(p.t), kPackedAlign) : 0;
     if (packed_size > 0) {
         m->packed_buf_ = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), packed_size);
         if (!m->packed_buf_) fail("{}: could not allocate {} bytes for packed weights", f.path(), packed_size);
@@ -391,7 +396,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             if (ggml_backend_tensor_alloc(m->packed_buf_, p.t, base + at) != GGML_STATUS_SUCCESS) {
                 fail("{}: could not bind tensor '{}' in the packed buffer", f.path(), p.e->name);
             }
-            at += GGML_PAD(ggml_nbytes(p.t), kPackedAlign);
+            at += GGML_PAD(packed_bytes(p.t), kPackedAlign);
         }
     }
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
@@ -411,6 +416,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     uint64_t fill_bytes = 0;
     for (const Plan *pp : to_fill) fill_bytes += ggml_nbytes(pp->t);
     Progress progress("loading " + std::filesystem::path(f.path()).filename().string(), fill_bytes);
+    const int pack_threads = (int)std::max(1u, std::thread::hardware_concurrency());
     for (const Plan *pp : to_fill) {
         const Plan &p = *pp;
         // the bound type's bytes: the mapped source as it is, or joined / requantized
@@ -420,10 +426,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         const void *src = as_is ? p.e->src.parts[0] : bytes.data();
         if (!p.packed) {
             ggml_backend_tensor_set(p.t, src, 0, ggml_nbytes(p.t));
-        } else if (p.t->type == GGML_TYPE_Q8_0) {
-            graph::pack_q8_0(src, p.t->data, p.t->ne[0], p.t->ne[1]);
         } else {
-            graph::pack_f16(src, p.t->data, p.t->ne[0], p.t->ne[1]);
+            graph::pack_matrix(p.t->type, src, p.t->data, p.t->ne[0], p.t->ne[1], pack_threads);
         }
         for (size_t i = 0; i < p.e->src.parts.size(); ++i) f.release(p.e->src.parts[i], p.e->src.part_bytes[i]);
         progress.add(ggml_nbytes(p.t));

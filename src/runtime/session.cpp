@@ -164,4 +164,29 @@ void Session::decode_ubatch(const Batch &ub, float *out) {
     if (!discard) ggml_backend_tensor_get(g_.logits, out, 0, (size_t)n_out * n_vocab() * sizeof(float));
 }
 
+Session::GraphWork Session::graph_work() const {
+    GraphWork w;
+    if (!gf_) return w;
+    auto empty = [](ggml_op op) {
+        return op == GGML_OP_NONE || op == GGML_OP_RESHAPE || op == GGML_OP_VIEW || op == GGML_OP_PERMUTE ||
+               op == GGML_OP_TRANSPOSE;
+    };
+    w.nodes = ggml_graph_n_nodes(gf_);
+    for (int i = 0; i < w.nodes; ++i) {
+        const ggml_tensor *t = ggml_graph_node(gf_, i);
+        if (empty(t->op)) continue;
+        ++w.ops;
+        // ggml-cpu runs an RMS_NORM and the MUL right after it that uses it as one op
+        if (t->op == GGML_OP_MUL && i > 0) {
+            const ggml_tensor *prev = ggml_graph_node(gf_, i - 1);
+            if (prev->op == GGML_OP_RMS_NORM && (t->src[0] == prev || t->src[1] == prev) && !prev->view_src &&
+                ggml_are_same_shape(prev, t)) {
+                ++w.fused;
+            }
+        }
+    }
+    w.barriers = w.ops - w.fused;  // ops - fused - 1 between ops, plus the final one
+    return w;
+}
+
 }  // namespace toy

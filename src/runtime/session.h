@@ -84,6 +84,15 @@ public:
     const std::vector<std::string> &notes() const { return notes_; }  // decisions worth telling the user
     const Model &model() const { return model_; }
     int graphs_built() const { return graphs_built_; }
+    // What the CPU backend does for the current graph: its nodes, the ops
+    // that compute (views and reshapes do not), how many of those ggml fuses
+    // into the op before them (RMS_NORM + MUL), and the thread barriers one
+    // evaluation waits at (one after each computed op but the last, plus the
+    // final one). Zero before the first eval.
+    struct GraphWork {
+        int nodes = 0, ops = 0, fused = 0, barriers = 0;
+    };
+    GraphWork graph_work() const;
 
 private:
     void decode_ubatch(const Batch &ub, float *out);
