@@ -333,18 +333,18 @@ for spec in models:
         row(cells)
 
 print()
-builds = [b for b in builds if not b.startswith("ik")]  # ik_llama.cpp: speed only
-head = ["model", "toy one-shot ms"] + [f"{LABEL[b]} ms" for b in builds] + [f"toy / {LABEL[b]}" for b in builds]
-head += ["toy peak RSS MiB"] + [f"{LABEL[b]} MiB" for b in builds] + [f"toy / {LABEL[b]}" for b in builds]
+once = [b for b in builds if not b.startswith("ik")]  # ik_llama.cpp: speed only, no one-shot runs
+head = ["model", "toy one-shot ms"] + [f"{LABEL[b]} ms" for b in once] + [f"toy / {LABEL[b]}" for b in once]
+head += ["toy peak RSS MiB"] + [f"{LABEL[b]} MiB" for b in once] + [f"toy / {LABEL[b]}" for b in once]
 row(head)
 row(["---"] + ["---:"] * (len(head) - 1))
 f = lambda v, s=1.0: f"{v / s:.0f}" if v else "n/a"
 for spec in models:
     tag = spec.replace(":", ".")
     tw, tr = oneshot(tag, "toy")
-    ref = {b: oneshot(tag, f"llama-{b}") for b in builds}
-    cells = [spec, f(tw)] + [f(ref[b][0]) for b in builds] + [ratio(tw, ref[b][0]) for b in builds]
-    cells += [f(tr, 2**20)] + [f(ref[b][1], 2**20) for b in builds] + [ratio(tr, ref[b][1]) for b in builds]
+    ref = {b: oneshot(tag, f"llama-{b}") for b in once}
+    cells = [spec, f(tw)] + [f(ref[b][0]) for b in once] + [ratio(tw, ref[b][0]) for b in once]
+    cells += [f(tr, 2**20)] + [f(ref[b][1], 2**20) for b in once] + [ratio(tr, ref[b][1]) for b in once]
     row(cells)
 
 if roof_lines:
