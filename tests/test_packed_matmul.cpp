@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 using namespace toy;
@@ -25,12 +27,29 @@ struct Case {
 
 }  // namespace
 
-class PackedMatmulOf : public ::testing::TestWithParam<ggml_type> {};
+// Runs a test body with one kernel set, putting the process's set back after.
+class KernelSetScope {
+public:
+    explicit KernelSetScope(const std::string &name) : before_(graph::packed_kernels_name()) {
+        ok_ = graph::use_packed_kernels(name);
+    }
+    ~KernelSetScope() { graph::use_packed_kernels(before_); }
+    bool ok() const { return ok_; }
+
+private:
+    std::string before_;
+    bool ok_ = false;
+};
+
+class PackedMatmulOf : public ::testing::TestWithParam<std::tuple<ggml_type, std::string>> {};
 
 TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
-    const ggml_type type = GetParam();
+    const auto &[type, set] = GetParam();
+    KernelSetScope scope(set);
+    if (!scope.ok()) GTEST_SKIP() << "this CPU does not run the " << set << " kernels";
     const int64_t shape[2] = {256, 16};
-    if (!graph::packed_matmul_supports(type, shape, 2)) GTEST_SKIP() << "no AVX-512 VNNI: ggml's kernels run";
+    // (the AVX2 set runs packed F16 but does not pack it at load)
+    ASSERT_TRUE(graph::packed_matmul_supports(type, shape, 2) || (type == GGML_TYPE_F16 && set == "avx2"));
     std::mt19937 rng(11);
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (const Case &k : std::vector<Case>{{32, 16, 1, false},
@@ -164,8 +183,11 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
-                         ::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K),
-                         [](const auto &info) { return std::string(ggml_type_name(info.param)); });
+                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K),
+                                            ::testing::Values(std::string("avx512"), std::string("avx2"))),
+                         [](const auto &info) {
+                             return std::string(ggml_type_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
+                         });
 
 TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     const int64_t ok[2] = {64, 32}, odd_rows[2] = {64, 40}, stacked[3] = {64, 32, 2}, k_ok[2] = {256, 32};
@@ -175,12 +197,18 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, ok, 2));  // 64 inputs: not a whole super-block
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, odd_rows, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, stacked, 3));
-    if (!here) GTEST_SKIP() << "no AVX-512 VNNI in this build";
-    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_F16, ok, 2));
+    if (!here) GTEST_SKIP() << "this CPU runs none of toy's kernel sets";
+    EXPECT_EQ(graph::packed_matmul_supports(GGML_TYPE_F16, ok, 2), std::string(graph::packed_kernels_name()) == "avx512");
     const int64_t vocab[2] = {576, 49152};
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, vocab, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, k_ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q6_K, k_ok, 2));
     EXPECT_EQ(graph::packed_size(GGML_TYPE_Q6_K, 256, 32), ggml_row_size(GGML_TYPE_Q6_K, 256) * 32);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_K), graph::packed_input_type(GGML_TYPE_Q6_K));
+    // a set by name: the one in use, not an unknown one, and never "off" once in use
+    const std::string in_use = graph::packed_kernels_name();
+    EXPECT_TRUE(graph::use_packed_kernels(in_use));
+    EXPECT_FALSE(graph::use_packed_kernels("avx1024"));
+    EXPECT_FALSE(graph::use_packed_kernels("off"));
+    EXPECT_EQ(graph::packed_kernels_name(), in_use);
 }

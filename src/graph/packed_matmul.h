@@ -1,11 +1,13 @@
 // toy's own matrix-multiply kernels for Q8_0, F16, Q4_K and Q6_K weights on
-// CPUs with AVX-512 VNNI, where ggml has no repacked layout for Q8_0 and F16
-// on x86 (its tinyBLAS and vec_dot paths reload every weight block once per
-// column) and its Q4_K repack is a 256-bit kernel.
+// x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
+// packed_kernels_avx2.cpp, chosen at run time), where ggml has no repacked
+// layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
+// weight block once per column) and its Q4_K repack is a 256-bit kernel.
 //
 // At load a matrix [n_in, n_out] is rewritten in groups of 16 rows, so one
 // 512-bit instruction works on all 16 rows and the weights of a block stay in
-// registers while up to 8 input columns pass over them:
+// registers while up to 8 input columns pass over them (AVX2: the group as
+// two halves of 8 rows, up to 4 columns):
 // - Q8_0: per block of 32 inputs, the 16 rows' fp16 scales, then their
 //   16 x 32 quants with 128 added (unsigned) and interleaved 4 bytes per row,
 //   so one VPDPBUSD multiplies 4 inputs of all 16 rows by one broadcast
@@ -33,13 +35,24 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace toy::graph {
 
-// Whether this build has the kernel for a matrix of this type and shape:
-// Q8_0, F16, Q4_K or Q6_K, 2-D, n_out a multiple of 16. False on CPUs without
-// AVX-512 VNNI (the build is -march=native), where ggml's own kernels run.
+// Whether a kernel takes a matrix of this type and shape: Q8_0, F16, Q4_K or
+// Q6_K, 2-D, n_out a multiple of 16, on a CPU that runs one of the kernel
+// sets (AVX-512 VNNI, else AVX2 + FMA + F16C, without F16; chosen at run
+// time). False elsewhere, where ggml's own kernels run.
 bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
+
+// The kernel set in use: "avx512", "avx2" or "none". The best the CPU runs,
+// unless the environment variable TOY_PACKED_KERNELS names another when the
+// process first asks (avx2 on an AVX-512 CPU, or off: no packing at all).
+const char *packed_kernels_name();
+// Switches to the named set ("avx512" or "avx2") if the CPU runs it and a
+// set is in use (the layouts are the same, so packed matrices stay valid);
+// false otherwise. For tests and comparisons.
+bool use_packed_kernels(std::string_view name);
 
 // Bytes of a packed matrix [n_in, n_out] of `type` (for Q4_K more than
 // ggml_row_size(type, n_in) * n_out).

@@ -1,0 +1,68 @@
+// The packed layouts' constants and the kernel sets that multiply them, one
+// per instruction set (packed_kernels_avx512.cpp, packed_kernels_avx2.cpp),
+// chosen at run time by packed_matmul.cpp. Every set reads the same layouts
+// (described in packed_matmul.h and below), so packing does not depend on the
+// set that runs.
+#pragma once
+
+#include <ggml.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace toy::graph::packed {
+
+constexpr int kRows = 16;  // rows per packed group
+constexpr int kQK = 32;    // values per Q8_0 block
+constexpr int kQKK = 256;  // values per K-quant super-block
+
+// Q8_0, per group and block: 16 fp16 scales, then 8 vectors of 16 rows x 4
+// quants (+128, unsigned): vector j holds inputs 4j..4j+3.
+constexpr size_t kGroupBlock = kRows * 2 + kRows * kQK;
+// One Q8_0-quantized input column: per block, 32 int8 quants, the
+// fp16-rounded scale as float, and -128 times the quants' sum (an exact int32).
+constexpr size_t kColBlock = kQK + 2 * sizeof(int32_t);
+
+// One Q8_K-quantized input column (the input of Q4_K and Q6_K): per 256
+// values, the int8 quants, their sums per 16 and per 32 (int16), the scale.
+constexpr size_t kKQs = 0, kKSum16 = 256, kKSum32 = 288, kKD = 304, kKColBlock = 308;
+
+// Q4_K, per group and super-block: 16 fp16 d, 16 fp16 dmin, the 8 sub-block
+// scales as bytes (16 per sub-block), the mins as byte pairs per row (sub-blocks
+// 2p and 2p+1: 32 bytes per p), then per sub-block 4 vectors of 16 rows x 4
+// inputs whose low nibbles are inputs 4k.. and high nibbles inputs 16 + 4k..
+constexpr size_t kQ4D = 0, kQ4Dmin = 32, kQ4Sc = 64, kQ4Min = 192, kQ4Qs = 320, kQ4Block = 2368;
+// Q6_K, per group and super-block: 16 fp16 d, the 16 scales as byte pairs
+// per row (32 bytes per 32 inputs), the low 4 bits as Q4_K's, then per 32
+// inputs two planes of the high 2 bits (plane h, bits 2t: inputs 16h + 4t..).
+constexpr size_t kQ6D = 0, kQ6Sc = 32, kQ6Ql = 288, kQ6Qh = 2336, kQ6Block = 3360;
+
+// A vector of 16 rows is 64 bytes: rows 0-7 in its first 32 bytes, rows
+// 8-15 in the second (the 256-bit kernels take a group as two halves).
+
+// Decoding: how far ahead of the weights being multiplied to prefetch. The
+// hardware prefetcher alone left the kernels waiting on loads (Llama-3.2-1B
+// Q4_K_M tg 33 -> 47-51 t/s, Qwen2.5-0.5B Q8_0 57-63 -> 66-72, SmolLM2 F16 +4-8%).
+constexpr size_t kPrefetchAhead = 4096;
+
+// y[c * ldy + r] for a group's 16 rows and `n` (1..max_cols) columns of
+// prepared input: `depth` units (blocks, or inputs for F16) of the group at w.
+using TileFn = void (*)(const uint8_t *w, int64_t depth, const uint8_t *x, size_t x_stride, float *y, int64_t ldy);
+
+struct KernelSet {
+    const char *name;
+    int max_cols;                  // columns per weight load: tiles[1..max_cols]
+    const TileFn *q8_0, *f16, *q4_k, *q6_k;  // each indexed by the column count
+    // whether F16 matrices are packed for this set at load (AVX2: no, ggml's
+    // tinyBLAS prompts are faster there; the tiles still run a packed F16)
+    bool pack_f16;
+    // one column of x prepared for an input form (Q8_0, Q8_K or F16), as ggml prepares it
+    void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);
+};
+
+// The sets this build has for its CPU architecture (null where it has none);
+// whether the CPU runs them is the caller's question.
+const KernelSet *avx512_kernels();
+const KernelSet *avx2_kernels();
+
+}  // namespace toy::graph::packed

@@ -1,0 +1,328 @@
+// toy's packed kernels for CPUs with AVX2, FMA and F16C but not AVX-512 VNNI:
+// the same layouts as the AVX-512 kernels, a group of 16 rows taken as two
+// halves of 8 (one 256-bit register each), up to 8 columns per weight load
+// for F16 (in passes of 6) and 4 (Q8_0, Q4_K) or 2 (Q6_K) for the integer types.
+// Without VPDPBUSD the byte products go through VPMADDUBSW (pairs of
+// unsigned x signed bytes summed to int16, which cannot saturate here: the
+// unsigned side is below 64, or Q8_0's |w| <= 128 against |x| <= 127) and
+// VPMADDWD (pairs of int16 to int32), so every integer sum is exact, as in the
+// AVX-512 kernels. Compiled for those instructions whatever the build's
+// target; they only run where the CPU has them.
+#include "graph/packed_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace toy::graph::packed {
+namespace {
+
+float fp16_round(float v) { return _cvtsh_ss(_cvtss_sh(v, 0)); }
+
+// As the AVX-512 kernels prepare inputs (ggml's x86 rounding: nearest even).
+void quantize_column_q8_0(const float *x, int64_t n_in, uint8_t *out) {
+    for (int64_t i = 0; i < n_in; i += kQK, x += kQK, out += kColBlock) {
+        float amax = 0.0f;
+        for (int k = 0; k < kQK; ++k) amax = std::max(amax, std::fabs(x[k]));
+        const float d = fp16_round(amax / 127.f), id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int k = 0; k < kQK; ++k) {
+            const int q = (int)std::nearbyint(x[k] * id);
+            out[k] = static_cast<uint8_t>(static_cast<int8_t>(q));
+            sum += q;
+        }
+        const int32_t bias = -128 * sum;
+        std::memcpy(out + kQK, &d, sizeof d);
+        std::memcpy(out + kQK + 4, &bias, sizeof bias);
+    }
+}
+
+// ggml's Q8_K (quantize_row_q8_K_ref) with its per-16 and per-32 sums.
+void quantize_column_q8_k(const float *x, int64_t n_in, uint8_t *out) {
+    for (int64_t i = 0; i < n_in; i += kQKK, x += kQKK, out += kKColBlock) {
+        float amax = 0.0f, max = 0.0f;
+        for (int k = 0; k < kQKK; ++k) {
+            if (std::fabs(x[k]) > amax) amax = std::fabs(x[k]), max = x[k];
+        }
+        int16_t sum16[16] = {}, sum32[8] = {};
+        float d = 0.0f;
+        if (amax == 0.0f) {
+            std::memset(out + kKQs, 0, kQKK);
+        } else {
+            const float iscale = -127.f / max;
+            for (int k = 0; k < kQKK; ++k) {
+                const int q = std::min(127, (int)std::nearbyint(iscale * x[k]));
+                out[kKQs + k] = static_cast<uint8_t>(static_cast<int8_t>(q));
+                sum16[k / 16] = static_cast<int16_t>(sum16[k / 16] + q);
+            }
+            for (int p = 0; p < 8; ++p) sum32[p] = static_cast<int16_t>(sum16[2 * p] + sum16[2 * p + 1]);
+            d = 1 / iscale;
+        }
+        std::memcpy(out + kKSum16, sum16, sizeof sum16);
+        std::memcpy(out + kKSum32, sum32, sizeof sum32);
+        std::memcpy(out + kKD, &d, sizeof d);
+    }
+}
+
+void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
+    if (form == GGML_TYPE_Q8_0) {
+        quantize_column_q8_0(x, n, out);
+    } else if (form == GGML_TYPE_Q8_K) {
+        quantize_column_q8_k(x, n, out);
+    } else {
+        auto *o = reinterpret_cast<float *>(out);
+        for (int64_t i = 0; i < n; ++i) o[i] = fp16_round(x[i]);
+    }
+}
+
+// Decoding (one or two columns) streams each weight once: ask for the bytes
+// `ahead` on (kPrefetchAhead).
+template <int C>
+inline void prefetch_block(const uint8_t *w, size_t bytes) {
+    if constexpr (C <= 2) {
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(w + kPrefetchAhead + o), _MM_HINT_T0);
+    }
+}
+
+inline __m256i load(const uint8_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
+inline __m128i load128(const uint8_t *p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
+inline int32_t load_i32(const uint8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+inline float load_f32(const uint8_t *p) {
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+// 8 lanes of sum over 4 bytes of u[i] * s[i] (u unsigned, s signed), exact here
+inline __m256i dot4(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+// More columns than the integer tiles keep in 16 registers: in passes of 4.
+#define TOY_SPLIT_COLUMNS(tile, most)                                          \
+    if constexpr (C > most) {                                                  \
+        tile<most>(w, nb, xq, x_stride, y, ldy);                               \
+        tile<C - most>(w, nb, xq + most * x_stride, x_stride, y + most * ldy, ldy); \
+        return;                                                                \
+    }
+
+template <int C>
+void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    TOY_SPLIT_COLUMNS(q8_0_tile, 4)
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[C];
+        for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+        const uint8_t *wb = w;
+        for (int64_t b = 0; b < nb; ++b, wb += kGroupBlock) {
+            if (h == 0) prefetch_block<C>(wb, kGroupBlock);
+            __m256i s[C];
+            for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; ++j) {
+                const __m256i ws = _mm256_xor_si256(load(wb + 32 + 64 * j + 32 * h), flip);  // the signed quants
+                const __m256i aw = _mm256_sign_epi8(ws, ws);
+                for (int c = 0; c < C; ++c) {
+                    const __m256i xv = _mm256_set1_epi32(load_i32(xq + c * x_stride + b * kColBlock + 4 * j));
+                    s[c] = _mm256_add_epi32(s[c], dot4(aw, _mm256_sign_epi8(xv, ws)));
+                }
+            }
+            const __m256 dw = _mm256_cvtph_ps(load128(wb + 16 * h));
+            for (int c = 0; c < C; ++c) {
+                const float dx = load_f32(xq + c * x_stride + b * kColBlock + kQK);
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[c]);
+            }
+        }
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[c]);
+    }
+}
+
+// F16: two partial sums per column (they hide the FMA latency and halve the
+// rounding of long sums), 6 columns per pass.
+template <int C>
+void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
+    const int64_t nb = n_in;  // for TOY_SPLIT_COLUMNS
+    const uint8_t *xq = x;
+    TOY_SPLIT_COLUMNS(f16_tile, 6)
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[C][2];
+        for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+        const float *xc[C];
+        for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
+        int64_t k = 0;
+        for (; k + 1 < n_in; k += 2) {
+            if (h == 0) prefetch_block<C>(w + 32 * k, 64);
+            const __m256 w0 = _mm256_cvtph_ps(load128(w + 32 * k + 16 * h));
+            const __m256 w1 = _mm256_cvtph_ps(load128(w + 32 * (k + 1) + 16 * h));
+            for (int c = 0; c < C; ++c) {
+                acc[c][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(xc[c][k]), acc[c][0]);
+                acc[c][1] = _mm256_fmadd_ps(w1, _mm256_set1_ps(xc[c][k + 1]), acc[c][1]);
+            }
+        }
+        if (k < n_in) {
+            const __m256 w0 = _mm256_cvtph_ps(load128(w + 32 * k + 16 * h));
+            for (int c = 0; c < C; ++c) acc[c][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(xc[c][k]), acc[c][0]);
+        }
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_add_ps(acc[c][0], acc[c][1]));
+    }
+}
+
+// Q4_K and Q6_K keep their float sums in y (16 registers hold the integer
+// sums of 4 columns, not those too): one load and store per super-block.
+template <int C>
+void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    TOY_SPLIT_COLUMNS(q4_k_tile, 4)
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    for (int h = 0; h < 2; ++h) {
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
+        const uint8_t *wb = w;
+        for (int64_t b = 0; b < nb; ++b, wb += kQ4Block) {
+            if (h == 0) prefetch_block<C>(wb, kQ4Block);
+            const uint8_t *xb[C];
+            for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+            __m256i tot[C];
+            for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; ++j) {
+                __m256i s[C];
+                for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+                for (int k = 0; k < 4; ++k) {
+                    const __m256i n = load(wb + kQ4Qs + 256 * j + 64 * k + 32 * h);
+                    const __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
+                    for (int c = 0; c < C; ++c) {
+                        const uint8_t *q = xb[c] + kKQs + 32 * j;
+                        s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(lo, _mm256_set1_epi32(load_i32(q + 4 * k))),
+                                                                       dot4(hi, _mm256_set1_epi32(load_i32(q + 16 + 4 * k)))));
+                    }
+                }
+                const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kQ4Sc + 16 * j + 8 * h)));
+                for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_mullo_epi32(s[c], sc));
+            }
+            const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ4D + 16 * h)), dm = _mm256_cvtph_ps(load128(wb + kQ4Dmin + 16 * h));
+            for (int c = 0; c < C; ++c) {
+                __m256i summ = _mm256_setzero_si256();
+                for (int p = 0; p < 4; ++p) {
+                    const __m256i mins = _mm256_cvtepu8_epi16(load128(wb + kQ4Min + 32 * p + 16 * h));
+                    summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins, _mm256_set1_epi32(load_i32(xb[c] + kKSum32 + 4 * p))));
+                }
+                const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
+                float *yc = y + c * ldy + 8 * h;
+                __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[c]), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc));
+                _mm256_storeu_ps(yc, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dm, dy), acc));
+            }
+        }
+    }
+}
+
+// Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
+template <int T>
+inline __m256i high_bits(__m256i h) {
+    const __m256i m = _mm256_set1_epi8(0x30);
+    if constexpr (T == 0) return _mm256_and_si256(_mm256_slli_epi16(h, 4), m);
+    if constexpr (T == 1) return _mm256_and_si256(_mm256_slli_epi16(h, 2), m);
+    if constexpr (T == 2) return _mm256_and_si256(h, m);
+    return _mm256_and_si256(_mm256_srli_epi16(h, 2), m);
+}
+
+template <int K>
+inline __m256i q6_vector(__m256i bits, __m256i h) {
+    return _mm256_or_si256(bits, high_bits<K>(h));
+}
+
+// Two columns per pass (two sums per column and unit: its two sub-blocks of 16).
+template <int C>
+void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    TOY_SPLIT_COLUMNS(q6_k_tile, 2)
+    {
+        const __m256i lo4 = _mm256_set1_epi8(0x0F);
+        for (int h = 0; h < 2; ++h) {
+            for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
+            const uint8_t *wb = w;
+            for (int64_t b = 0; b < nb; ++b, wb += kQ6Block) {
+                if (h == 0) prefetch_block<C>(wb, kQ6Block);
+                const uint8_t *xb[C];
+                for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+                __m256i tot[C];
+                for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
+                for (int j = 0; j < 8; ++j) {
+                    const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
+                    __m256i sa[C], sb[C];
+                    for (int c = 0; c < C; ++c) sa[c] = sb[c] = _mm256_setzero_si256();
+                    auto step = [&](auto kc) {
+                        constexpr int k = decltype(kc)::value;
+                        const __m256i n = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
+                        const __m256i va = q6_vector<k>(_mm256_and_si256(n, lo4), h0);
+                        const __m256i vb = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), h1);
+                        for (int c = 0; c < C; ++c) {
+                            const uint8_t *q = xb[c] + kKQs + 32 * j;
+                            sa[c] = _mm256_add_epi32(sa[c], dot4(va, _mm256_set1_epi32(load_i32(q + 4 * k))));
+                            sb[c] = _mm256_add_epi32(sb[c], dot4(vb, _mm256_set1_epi32(load_i32(q + 16 + 4 * k))));
+                        }
+                    };
+                    step(std::integral_constant<int, 0>{});
+                    step(std::integral_constant<int, 1>{});
+                    step(std::integral_constant<int, 2>{});
+                    step(std::integral_constant<int, 3>{});
+                    // the unit's two scales, sign-extended per row
+                    const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
+                    const __m256i sca = _mm256_srai_epi32(_mm256_slli_epi32(pr, 16), 16), scb = _mm256_srai_epi32(pr, 16);
+                    for (int c = 0; c < C; ++c) {
+                        tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_mullo_epi32(sa[c], sca), _mm256_mullo_epi32(sb[c], scb)));
+                    }
+                }
+                const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));
+                for (int c = 0; c < C; ++c) {
+                    // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
+                    __m256i corr = _mm256_setzero_si256();
+                    for (int j = 0; j < 8; ++j) {
+                        const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
+                        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pr, _mm256_set1_epi32(load_i32(xb[c] + kKSum16 + 4 * j))));
+                    }
+                    const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, 5));
+                    float *yc = y + c * ldy + 8 * h;
+                    const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
+                    _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
+                }
+            }
+        }
+    }
+}
+
+#undef TOY_SPLIT_COLUMNS
+
+#define TOY_TILES(f) {nullptr, f<1>, f<2>, f<3>, f<4>, f<5>, f<6>, f<7>, f<8>}
+constexpr TileFn kQ8Tiles[9] = TOY_TILES(q8_0_tile);
+constexpr TileFn kF16Tiles[9] = TOY_TILES(f16_tile);
+constexpr TileFn kQ4KTiles[9] = TOY_TILES(q4_k_tile);
+constexpr TileFn kQ6KTiles[9] = TOY_TILES(q6_k_tile);
+#undef TOY_TILES
+
+}  // namespace
+
+const KernelSet *avx2_kernels() {
+    // F16 is not packed by default: on the AVX-512 machine running this set
+    // (ggml built for AVX2 only, TOY_AVX2_ONLY) SmolLM2 F16 prompts were
+    // 0.81-0.92x ggml's tinyBLAS, generation 1.06-1.19x (BENCHMARKS.md)
+    static const KernelSet set{"avx2", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, false, prepare};
+    return &set;
+}
+
+}  // namespace toy::graph::packed
+
+#pragma GCC pop_options
+
+#else
+
+namespace toy::graph::packed {
+const KernelSet *avx2_kernels() { return nullptr; }
+}  // namespace toy::graph::packed
+
+#endif

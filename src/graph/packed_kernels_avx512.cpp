@@ -1,0 +1,318 @@
+// toy's packed kernels for CPUs with AVX-512 F/BW/VL and VNNI (and F16C):
+// a group's 16 rows in one 512-bit register, VPDPBUSD for the integer types,
+// up to 8 columns per weight load. Compiled for those instructions whatever
+// the build's target (the functions below only run where the CPU has them).
+#include "graph/packed_kernels.h"
+
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+
+namespace toy::graph::packed {
+namespace {
+
+// GCC 12's AVX-512 reduction intrinsics start from an undefined vector and
+// -Wmaybe-uninitialized reports it inside the compiler's own header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+void quantize_column_q8_0(const float *x, int64_t n_in, uint8_t *out) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n_in; i += kQK, out += kColBlock) {
+        __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+        const float d = _cvtsh_ss(_cvtss_sh(amax / 127.f, 0));
+        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out + 16), _mm512_cvtepi32_epi8(q1));
+        const int32_t bias = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        std::memcpy(out + kQK, &d, sizeof d);
+        std::memcpy(out + kQK + 4, &bias, sizeof bias);
+    }
+}
+
+// ggml's Q8_K quantization of 256 values at a time (quantize_row_q8_K_ref):
+// the scale from the value of largest magnitude (the first of equals), with
+// its sign, -127 / that value; quants rounded to nearest even, at most 127.
+void quantize_column_q8_k(const float *x, int64_t n_in, uint8_t *out) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n_in; i += kQKK, x += kQKK, out += kKColBlock) {
+        __m512 m = _mm512_setzero_ps();
+        for (int v = 0; v < 16; ++v) m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * v)));
+        const float amax = _mm512_reduce_max_ps(m);
+        int16_t sum16[16] = {}, sum32[8] = {};
+        float d = 0.0f;
+        if (amax == 0.0f) {
+            std::memset(out + kKQs, 0, kQKK);
+        } else {
+            float max = 0.0f;
+            for (int v = 0; v < 16; ++v) {
+                const __m512 a = _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * v));
+                const __mmask16 hit = _mm512_cmp_ps_mask(a, _mm512_set1_ps(amax), _CMP_EQ_OQ);
+                if (hit) {
+                    max = x[16 * v + __builtin_ctz(hit)];
+                    break;
+                }
+            }
+            const float iscale = -127.f / max;
+            for (int v = 0; v < 16; ++v) {
+                const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * v), _mm512_set1_ps(iscale));
+                const __m512i q = _mm512_min_epi32(
+                    _mm512_cvt_roundps_epi32(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm512_set1_epi32(127));
+                _mm_storeu_si128(reinterpret_cast<__m128i *>(out + kKQs + 16 * v), _mm512_cvtepi32_epi8(q));
+                sum16[v] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+            }
+            d = 1 / iscale;
+            for (int p = 0; p < 8; ++p) sum32[p] = static_cast<int16_t>(sum16[2 * p] + sum16[2 * p + 1]);
+        }
+        std::memcpy(out + kKSum16, sum16, sizeof sum16);
+        std::memcpy(out + kKSum32, sum32, sizeof sum32);
+        std::memcpy(out + kKD, &d, sizeof d);
+    }
+}
+
+// sum_k VPDPBUSD(w[k], broadcast x4[k]) for k < N, in two chains when few
+// columns share the weights (one column alone is bound by the latency).
+template <int N, bool kTwoChains>
+inline __m512i dot_u8s8(__m512i s, const __m512i *w, const int32_t *x4) {
+    if constexpr (kTwoChains) {
+        __m512i s1 = _mm512_setzero_si512();
+        for (int k = 0; k < N; k += 2) {
+            s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(x4[k]));
+            s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(x4[k + 1]));
+        }
+        return _mm512_add_epi32(s, s1);
+    } else {
+        for (int k = 0; k < N; ++k) s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(x4[k]));
+        return s;
+    }
+}
+
+// Decoding (one or two columns) streams each weight once: ask for the bytes
+// `ahead` on (kPrefetchAhead).
+template <int C>
+inline void prefetch_block(const uint8_t *w, size_t bytes, size_t ahead) {
+    if constexpr (C <= 2) {
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(w + ahead + o), _MM_HINT_T0);
+    }
+}
+
+// y[c * ldy + r] for a group's 16 rows and C columns of prepared input;
+// `depth` units (blocks, or inputs for F16) of the group at w.
+template <int C>
+void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    __m512 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, w += kGroupBlock) {
+        prefetch_block<C>(w, kGroupBlock, kPrefetchAhead);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w)));
+        __m512i q[8];
+        for (int j = 0; j < 8; ++j) q[j] = _mm512_loadu_si512(w + 32 + 64 * j);
+        for (int c = 0; c < C; ++c) {
+            const uint8_t *xb = xq + c * x_stride + b * kColBlock;
+            int32_t x4[8], bias;
+            float dx;
+            std::memcpy(x4, xb, sizeof x4);
+            std::memcpy(&dx, xb + kQK, sizeof dx);
+            std::memcpy(&bias, xb + kQK + 4, sizeof bias);
+            const __m512i s = dot_u8s8<8, (C == 1)>(_mm512_set1_epi32(bias), q, x4);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
+// F16: the input columns are float32 already rounded through fp16
+// (round_column), so each product is ggml's F16 x F16 product, exact in
+// float32. Two partial sums per column hide the FMA latency when few columns
+// share a load.
+template <int C>
+void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
+    __m512 acc[C][2];
+    for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
+    const float *xc[C];
+    for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
+    int64_t k = 0;
+    for (; k + 1 < n_in; k += 2) {
+        prefetch_block<C>(w + 32 * k, 64, kPrefetchAhead);
+        const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * k)));
+        const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * (k + 1))));
+        for (int c = 0; c < C; ++c) {
+            acc[c][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(xc[c][k]), acc[c][0]);
+            acc[c][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(xc[c][k + 1]), acc[c][1]);
+        }
+    }
+    if (k < n_in) {
+        const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * k)));
+        for (int c = 0; c < C; ++c) acc[c][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(xc[c][k]), acc[c][0]);
+    }
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, _mm512_add_ps(acc[c][0], acc[c][1]));
+}
+
+// The 8 vectors of unit j's 4-bit quants: low nibbles inputs 4k.., high 16 + 4k..
+inline void load_nibbles(const uint8_t *p, __m512i *v) {
+    const __m512i lo = _mm512_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+        const __m512i n = _mm512_loadu_si512(p + 64 * k);
+        v[k] = _mm512_and_si512(n, lo);
+        v[k + 4] = _mm512_and_si512(_mm512_srli_epi16(n, 4), lo);
+    }
+}
+
+template <int C>
+void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    __m512 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, w += kQ4Block) {
+        prefetch_block<C>(w, kQ4Block, kPrefetchAhead);
+        const uint8_t *xb[C];
+        for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+        __m512i tot[C];
+        for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) {
+            __m512i v[8];
+            load_nibbles(w + kQ4Qs + 256 * j, v);
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kQ4Sc + 16 * j)));
+            for (int c = 0; c < C; ++c) {
+                int32_t x4[8];
+                std::memcpy(x4, xb[c] + kKQs + 32 * j, sizeof x4);
+                const __m512i s = dot_u8s8<8, (C <= 2)>(_mm512_setzero_si512(), v, x4);
+                tot[c] = _mm512_add_epi32(tot[c], _mm512_mullo_epi32(s, sc));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4D)));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Dmin)));
+        __m512i mins[4];  // int16 pairs per row: the mins of sub-blocks 2p and 2p + 1
+        for (int p = 0; p < 4; ++p) {
+            mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Min + 32 * p)));
+        }
+        for (int c = 0; c < C; ++c) {
+            int32_t s32[4];  // the column's sums per 32, as int16 pairs
+            float dy;
+            std::memcpy(s32, xb[c] + kKSum32, sizeof s32);
+            std::memcpy(&dy, xb[c] + kKD, sizeof dy);
+            __m512i summ = _mm512_setzero_si512();
+            for (int p = 0; p < 4; ++p) summ = _mm512_dpwssd_epi32(summ, mins[p], _mm512_set1_epi32(s32[p]));
+            const __m512 dyv = _mm512_set1_ps(dy);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[c]), _mm512_mul_ps(dw, dyv), acc[c]);
+            acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dm, dyv), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
+// Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
+template <int T>
+inline __m512i high_bits(__m512i h) {
+    const __m512i m = _mm512_set1_epi8(0x30);
+    if constexpr (T == 0) return _mm512_and_si512(_mm512_slli_epi16(h, 4), m);
+    if constexpr (T == 1) return _mm512_and_si512(_mm512_slli_epi16(h, 2), m);
+    if constexpr (T == 2) return _mm512_and_si512(h, m);
+    return _mm512_and_si512(_mm512_srli_epi16(h, 2), m);
+}
+
+template <int C>
+void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    __m512 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, w += kQ6Block) {
+        prefetch_block<C>(w, kQ6Block, kPrefetchAhead);
+        const uint8_t *xb[C];
+        for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+        __m512i tot[C];
+        for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) {
+            __m512i v[8];
+            load_nibbles(w + kQ6Ql + 256 * j, v);
+            const __m512i h0 = _mm512_loadu_si512(w + kQ6Qh + 128 * j), h1 = _mm512_loadu_si512(w + kQ6Qh + 128 * j + 64);
+            v[0] = _mm512_or_si512(v[0], high_bits<0>(h0));
+            v[1] = _mm512_or_si512(v[1], high_bits<1>(h0));
+            v[2] = _mm512_or_si512(v[2], high_bits<2>(h0));
+            v[3] = _mm512_or_si512(v[3], high_bits<3>(h0));
+            v[4] = _mm512_or_si512(v[4], high_bits<0>(h1));
+            v[5] = _mm512_or_si512(v[5], high_bits<1>(h1));
+            v[6] = _mm512_or_si512(v[6], high_bits<2>(h1));
+            v[7] = _mm512_or_si512(v[7], high_bits<3>(h1));
+            // the scales of the unit's two sub-blocks of 16, sign-extended per row
+            const __m512i pr = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
+            const __m512i sa = _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16), sb = _mm512_srai_epi32(pr, 16);
+            for (int c = 0; c < C; ++c) {
+                int32_t x4[8];
+                std::memcpy(x4, xb[c] + kKQs + 32 * j, sizeof x4);
+                const __m512i s0 = dot_u8s8<4, false>(_mm512_setzero_si512(), v, x4);
+                const __m512i s1 = dot_u8s8<4, false>(_mm512_setzero_si512(), v + 4, x4 + 4);
+                tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(s0, sa), _mm512_mullo_epi32(s1, sb)));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6D)));
+        for (int c = 0; c < C; ++c) {
+            // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
+            int32_t s16[8];
+            float dy;
+            std::memcpy(s16, xb[c] + kKSum16, sizeof s16);
+            std::memcpy(&dy, xb[c] + kKD, sizeof dy);
+            __m512i corr = _mm512_setzero_si512();
+            for (int j = 0; j < 8; ++j) {
+                const __m512i pr = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
+                corr = _mm512_dpwssd_epi32(corr, pr, _mm512_set1_epi32(s16[j]));
+            }
+            const __m512i sum = _mm512_sub_epi32(tot[c], _mm512_slli_epi32(corr, 5));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dy)), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
+// x rounded through fp16, as ggml converts an F16 matmul's input.
+void round_column(const float *x, int64_t n, float *out) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    }
+    for (; i < n; ++i) out[i] = _cvtsh_ss(_cvtss_sh(x[i], 0));
+}
+
+#pragma GCC diagnostic pop
+
+void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
+    if (form == GGML_TYPE_Q8_0) {
+        quantize_column_q8_0(x, n, out);
+    } else if (form == GGML_TYPE_Q8_K) {
+        quantize_column_q8_k(x, n, out);
+    } else {
+        round_column(x, n, reinterpret_cast<float *>(out));
+    }
+}
+
+#define TOY_TILES(f) {nullptr, f<1>, f<2>, f<3>, f<4>, f<5>, f<6>, f<7>, f<8>}
+constexpr TileFn kQ8Tiles[9] = TOY_TILES(q8_0_tile);
+constexpr TileFn kF16Tiles[9] = TOY_TILES(f16_tile);
+constexpr TileFn kQ4KTiles[9] = TOY_TILES(q4_k_tile);
+constexpr TileFn kQ6KTiles[9] = TOY_TILES(q6_k_tile);
+#undef TOY_TILES
+
+}  // namespace
+
+const KernelSet *avx512_kernels() {
+    static const KernelSet set{"avx512", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, true, prepare};
+    return &set;
+}
+
+}  // namespace toy::graph::packed
+
+#pragma GCC pop_options
+
+#else
+
+namespace toy::graph::packed {
+const KernelSet *avx512_kernels() { return nullptr; }
+}  // namespace toy::graph::packed
+
+#endif
