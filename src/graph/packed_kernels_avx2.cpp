@@ -18,8 +18,13 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+// every function below is compiled for these instructions (GCC and clang)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace toy::graph::packed {
 namespace {
@@ -317,7 +322,11 @@ const KernelSet *avx2_kernels() {
 
 }  // namespace toy::graph::packed
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #else
 

@@ -9,8 +9,13 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+// every function below is compiled for these instructions (GCC and clang)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
 
 namespace toy::graph::packed {
 namespace {
@@ -19,7 +24,9 @@ namespace {
 // -Wmaybe-uninitialized reports it inside the compiler's own header.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 void quantize_column_q8_0(const float *x, int64_t n_in, uint8_t *out) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
@@ -307,7 +314,11 @@ const KernelSet *avx512_kernels() {
 
 }  // namespace toy::graph::packed
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 #else
 
