@@ -98,11 +98,8 @@ inline void prefetch_block(const uint8_t *w, size_t bytes) {
 
 inline __m256i load(const uint8_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
 inline __m128i load128(const uint8_t *p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
-inline int32_t load_i32(const uint8_t *p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
+// The 4 bytes at p in every 32-bit lane, loaded straight into the register.
+inline __m256i bcast4(const uint8_t *p) { return _mm256_broadcastd_epi32(_mm_loadu_si32(p)); }
 inline float load_f32(const uint8_t *p) {
     float v;
     std::memcpy(&v, p, sizeof v);
@@ -137,7 +134,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                 const __m256i ws = _mm256_xor_si256(load(wb + 32 + 64 * j + 32 * h), flip);  // the signed quants
                 const __m256i aw = _mm256_sign_epi8(ws, ws);
                 for (int c = 0; c < C; ++c) {
-                    const __m256i xv = _mm256_set1_epi32(load_i32(xq + c * x_stride + b * kColBlock + 4 * j));
+                    const __m256i xv = bcast4(xq + c * x_stride + b * kColBlock + 4 * j);
                     s[c] = _mm256_add_epi32(s[c], dot4(aw, _mm256_sign_epi8(xv, ws)));
                 }
             }
@@ -204,8 +201,8 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                     const __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
                     for (int c = 0; c < C; ++c) {
                         const uint8_t *q = xb[c] + kKQs + 32 * j;
-                        s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(lo, _mm256_set1_epi32(load_i32(q + 4 * k))),
-                                                                       dot4(hi, _mm256_set1_epi32(load_i32(q + 16 + 4 * k)))));
+                        s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(lo, bcast4(q + 4 * k)),
+                                                                       dot4(hi, bcast4(q + 16 + 4 * k))));
                     }
                 }
                 const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kQ4Sc + 16 * j + 8 * h)));
@@ -216,7 +213,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                 __m256i summ = _mm256_setzero_si256();
                 for (int p = 0; p < 4; ++p) {
                     const __m256i mins = _mm256_cvtepu8_epi16(load128(wb + kQ4Min + 32 * p + 16 * h));
-                    summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins, _mm256_set1_epi32(load_i32(xb[c] + kKSum32 + 4 * p))));
+                    summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins, bcast4(xb[c] + kKSum32 + 4 * p)));
                 }
                 const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
                 float *yc = y + c * ldy + 8 * h;
@@ -268,8 +265,8 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                         const __m256i vb = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), h1);
                         for (int c = 0; c < C; ++c) {
                             const uint8_t *q = xb[c] + kKQs + 32 * j;
-                            sa[c] = _mm256_add_epi32(sa[c], dot4(va, _mm256_set1_epi32(load_i32(q + 4 * k))));
-                            sb[c] = _mm256_add_epi32(sb[c], dot4(vb, _mm256_set1_epi32(load_i32(q + 16 + 4 * k))));
+                            sa[c] = _mm256_add_epi32(sa[c], dot4(va, bcast4(q + 4 * k)));
+                            sb[c] = _mm256_add_epi32(sb[c], dot4(vb, bcast4(q + 16 + 4 * k)));
                         }
                     };
                     step(std::integral_constant<int, 0>{});
@@ -289,7 +286,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                     __m256i corr = _mm256_setzero_si256();
                     for (int j = 0; j < 8; ++j) {
                         const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
-                        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pr, _mm256_set1_epi32(load_i32(xb[c] + kKSum16 + 4 * j))));
+                        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pr, bcast4(xb[c] + kKSum16 + 4 * j)));
                     }
                     const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, 5));
                     float *yc = y + c * ldy + 8 * h;

@@ -85,19 +85,24 @@ void quantize_column_q8_k(const float *x, int64_t n_in, uint8_t *out) {
     }
 }
 
-// sum_k VPDPBUSD(w[k], broadcast x4[k]) for k < N, in two chains when few
-// columns share the weights (one column alone is bound by the latency).
+// The 4 bytes at p in every 32-bit lane, loaded straight into the register
+// (a broadcast through a general register costs two more instructions).
+inline __m512i bcast4(const uint8_t *p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
+
+// sum_k VPDPBUSD(w[k], the 4 bytes at x + 4k broadcast) for k < N, in two
+// chains when few columns share the weights (one column alone is bound by the
+// latency).
 template <int N, bool kTwoChains>
-inline __m512i dot_u8s8(__m512i s, const __m512i *w, const int32_t *x4) {
+inline __m512i dot_u8s8(__m512i s, const __m512i *w, const uint8_t *x) {
     if constexpr (kTwoChains) {
         __m512i s1 = _mm512_setzero_si512();
         for (int k = 0; k < N; k += 2) {
-            s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(x4[k]));
-            s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(x4[k + 1]));
+            s = _mm512_dpbusd_epi32(s, w[k], bcast4(x + 4 * k));
+            s1 = _mm512_dpbusd_epi32(s1, w[k + 1], bcast4(x + 4 * k + 4));
         }
         return _mm512_add_epi32(s, s1);
     } else {
-        for (int k = 0; k < N; ++k) s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(x4[k]));
+        for (int k = 0; k < N; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(x + 4 * k));
         return s;
     }
 }
@@ -124,12 +129,9 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         for (int j = 0; j < 8; ++j) q[j] = _mm512_loadu_si512(w + 32 + 64 * j);
         for (int c = 0; c < C; ++c) {
             const uint8_t *xb = xq + c * x_stride + b * kColBlock;
-            int32_t x4[8], bias;
             float dx;
-            std::memcpy(x4, xb, sizeof x4);
             std::memcpy(&dx, xb + kQK, sizeof dx);
-            std::memcpy(&bias, xb + kQK + 4, sizeof bias);
-            const __m512i s = dot_u8s8<8, (C == 1)>(_mm512_set1_epi32(bias), q, x4);
+            const __m512i s = dot_u8s8<8, (C == 1)>(bcast4(xb + kQK + 4), q, xb);  // from the bias
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[c]);
         }
     }
@@ -188,9 +190,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             load_nibbles(w + kQ4Qs + 256 * j, v);
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kQ4Sc + 16 * j)));
             for (int c = 0; c < C; ++c) {
-                int32_t x4[8];
-                std::memcpy(x4, xb[c] + kKQs + 32 * j, sizeof x4);
-                const __m512i s = dot_u8s8<8, (C <= 2)>(_mm512_setzero_si512(), v, x4);
+                const __m512i s = dot_u8s8<8, (C <= 2)>(_mm512_setzero_si512(), v, xb[c] + kKQs + 32 * j);
                 tot[c] = _mm512_add_epi32(tot[c], _mm512_mullo_epi32(s, sc));
             }
         }
@@ -201,12 +201,10 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Min + 32 * p)));
         }
         for (int c = 0; c < C; ++c) {
-            int32_t s32[4];  // the column's sums per 32, as int16 pairs
             float dy;
-            std::memcpy(s32, xb[c] + kKSum32, sizeof s32);
             std::memcpy(&dy, xb[c] + kKD, sizeof dy);
-            __m512i summ = _mm512_setzero_si512();
-            for (int p = 0; p < 4; ++p) summ = _mm512_dpwssd_epi32(summ, mins[p], _mm512_set1_epi32(s32[p]));
+            __m512i summ = _mm512_setzero_si512();  // with the column's sums per 32, as int16 pairs
+            for (int p = 0; p < 4; ++p) summ = _mm512_dpwssd_epi32(summ, mins[p], bcast4(xb[c] + kKSum32 + 4 * p));
             const __m512 dyv = _mm512_set1_ps(dy);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[c]), _mm512_mul_ps(dw, dyv), acc[c]);
             acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dm, dyv), acc[c]);
@@ -251,24 +249,21 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             const __m512i pr = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
             const __m512i sa = _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16), sb = _mm512_srai_epi32(pr, 16);
             for (int c = 0; c < C; ++c) {
-                int32_t x4[8];
-                std::memcpy(x4, xb[c] + kKQs + 32 * j, sizeof x4);
-                const __m512i s0 = dot_u8s8<4, false>(_mm512_setzero_si512(), v, x4);
-                const __m512i s1 = dot_u8s8<4, false>(_mm512_setzero_si512(), v + 4, x4 + 4);
+                const uint8_t *x = xb[c] + kKQs + 32 * j;
+                const __m512i s0 = dot_u8s8<4, false>(_mm512_setzero_si512(), v, x);
+                const __m512i s1 = dot_u8s8<4, false>(_mm512_setzero_si512(), v + 4, x + 16);
                 tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(s0, sa), _mm512_mullo_epi32(s1, sb)));
             }
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6D)));
         for (int c = 0; c < C; ++c) {
             // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
-            int32_t s16[8];
             float dy;
-            std::memcpy(s16, xb[c] + kKSum16, sizeof s16);
             std::memcpy(&dy, xb[c] + kKD, sizeof dy);
             __m512i corr = _mm512_setzero_si512();
             for (int j = 0; j < 8; ++j) {
                 const __m512i pr = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
-                corr = _mm512_dpwssd_epi32(corr, pr, _mm512_set1_epi32(s16[j]));
+                corr = _mm512_dpwssd_epi32(corr, pr, bcast4(xb[c] + kKSum16 + 4 * j));
             }
             const __m512i sum = _mm512_sub_epi32(tot[c], _mm512_slli_epi32(corr, 5));
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dy)), acc[c]);
