@@ -1,7 +1,7 @@
 // toy rpc-server [--host 127.0.0.1] [--port 50052] [-t N] [--cache DIR]
 //
-// ggml's RPC server over this machine's CPU backend: a client (toy, or
-// llama.cpp's tools built with GGML_RPC from the same ggml) allocates buffers
+// ggml's RPC server over this machine's CPU backend: a client (ggml's RPC backend, as
+// llama.cpp's tools built with GGML_RPC use it) allocates buffers
 // on it and runs graphs there. The protocol is ggml's own, so toy's server and
 // llama.cpp's rpc-server are interchangeable. It has no authentication or
 // encryption: anyone who reaches the port can read and write this process's
@@ -98,7 +98,7 @@ int run_rpc_server(const Options &o) {
 }
 
 toy::cli::Command reg("rpc-server",
-                      "Serve this machine's CPU to ggml RPC clients (toy, llama.cpp --rpc); loopback by default",
+                      "Serve this machine's CPU to ggml RPC clients (llama.cpp --rpc); loopback by default",
                       [](CLI::App &app) {
                           auto o = std::make_shared<Options>();
                           app.add_option("--host", o->host, "address to listen on (default 127.0.0.1; the protocol "
