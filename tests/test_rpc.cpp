@@ -146,6 +146,37 @@ TEST(Rpc, ServerComputesWhatTheLocalCpuComputes) {
 }
 #endif
 
+TEST(Rpc, DevicesListsTheCpuAndTheServersGiven) {
+    const toy::test::CommandResult cpu = run_toy("devices");
+    ASSERT_EQ(cpu.code, 0) << cpu.err;
+    EXPECT_NE(cpu.out.find("  CPU: "), std::string::npos) << cpu.out;
+    EXPECT_NE(cpu.out.find("[toy kernels: "), std::string::npos) << cpu.out;
+#if defined(TOY_HAVE_RPC)
+    Port p;
+    p.release();
+    Server server(p.port);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!accepts(p.port)) {
+        ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << "toy rpc-server did not start";
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const std::string endpoint = "127.0.0.1:" + std::to_string(p.port);
+    const toy::test::CommandResult both = run_toy("devices --rpc " + endpoint);
+    ASSERT_EQ(both.code, 0) << both.err;
+    EXPECT_NE(both.out.find("  RPC0: " + endpoint + " ("), std::string::npos) << both.out;
+#endif
+    // a server nobody listens on, and malformed lists: one line each, before ggml talks to any server
+    Port closed;
+    closed.release();
+    for (const std::string &bad : {"127.0.0.1:" + std::to_string(closed.port), std::string("127.0.0.1"),
+                                  std::string("127.0.0.1:0"), std::string("127.0.0.1:1,")}) {
+        SCOPED_TRACE(bad);
+        const toy::test::CommandResult r = run_toy("devices --rpc " + bad);
+        EXPECT_EQ(r.code, 1);
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    }
+}
+
 TEST(Rpc, BadFlagsAndATakenPortAreOneLineErrors) {
     for (const char *bad : {"--port 0", "--port 70000", "-t -2", "--host 192.0.2.1" /* not this machine's */}) {
         SCOPED_TRACE(bad);

@@ -1,0 +1,29 @@
+// The compute devices ggml knows in this process: the CPU, and the devices of
+// ggml RPC servers added with add_rpc_servers (`--rpc host:port,...`, as
+// llama.cpp names it). Listing them is `toy devices`; running layers on them
+// is not done yet (README "Backends").
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace toy {
+
+struct DeviceInfo {
+    std::string name;         // ggml's device name: "CPU", "RPC0[127.0.0.1:50052]", ...
+    std::string description;  // the CPU's model, a GPU's name
+    std::string type;         // "CPU", "GPU", "RPC" (a remote device of any kind)
+    size_t free = 0, total = 0;  // bytes of memory the device reports
+};
+
+// "host:port[,host:port...]": checks that each server accepts a connection
+// (3 s at most each) and makes its devices known to ggml. Throws toy::Error
+// naming the first server that is malformed or cannot be reached, before
+// ggml talks to any of them.
+void add_rpc_servers(const std::string &list);
+
+// Every device ggml knows now, in its order.
+std::vector<DeviceInfo> devices();
+
+}  // namespace toy
