@@ -60,6 +60,20 @@ struct KernelSet {
     void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);
 };
 
+// A set's tiles for 1..8 columns (index 0 unused), from a tile template.
+#define TOY_TILE_TABLE(tile) {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>, tile<7>, tile<8>}
+
+// Everything between TOY_TARGET_BEGIN("isa,...") and TOY_TARGET_END is
+// compiled for those instructions whatever the build targets (GCC and clang).
+#define TOY_PRAGMA(x) _Pragma(#x)
+#if defined(__clang__)
+#define TOY_TARGET_BEGIN(isa) TOY_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define TOY_TARGET_END TOY_PRAGMA(clang attribute pop)
+#else
+#define TOY_TARGET_BEGIN(isa) TOY_PRAGMA(GCC push_options) TOY_PRAGMA(GCC target(isa))
+#define TOY_TARGET_END TOY_PRAGMA(GCC pop_options)
+#endif
+
 // The sets this build has for its CPU architecture (null where it has none);
 // whether the CPU runs them is the caller's question.
 const KernelSet *avx512_kernels();

@@ -18,13 +18,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-// every function below is compiled for these instructions (GCC and clang)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+TOY_TARGET_BEGIN("avx2,fma,f16c")
 
 namespace toy::graph::packed {
 namespace {
@@ -300,12 +294,8 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 
 #undef TOY_SPLIT_COLUMNS
 
-#define TOY_TILES(f) {nullptr, f<1>, f<2>, f<3>, f<4>, f<5>, f<6>, f<7>, f<8>}
-constexpr TileFn kQ8Tiles[9] = TOY_TILES(q8_0_tile);
-constexpr TileFn kF16Tiles[9] = TOY_TILES(f16_tile);
-constexpr TileFn kQ4KTiles[9] = TOY_TILES(q4_k_tile);
-constexpr TileFn kQ6KTiles[9] = TOY_TILES(q6_k_tile);
-#undef TOY_TILES
+constexpr TileFn kQ8Tiles[9] = TOY_TILE_TABLE(q8_0_tile), kF16Tiles[9] = TOY_TILE_TABLE(f16_tile),
+                 kQ4KTiles[9] = TOY_TILE_TABLE(q4_k_tile), kQ6KTiles[9] = TOY_TILE_TABLE(q6_k_tile);
 
 }  // namespace
 
@@ -319,11 +309,7 @@ const KernelSet *avx2_kernels() {
 
 }  // namespace toy::graph::packed
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TOY_TARGET_END
 
 #else
 

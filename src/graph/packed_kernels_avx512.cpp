@@ -9,13 +9,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-// every function below is compiled for these instructions (GCC and clang)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
-#endif
+TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 
 
 namespace toy::graph::packed {
@@ -302,12 +296,8 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
     }
 }
 
-#define TOY_TILES(f) {nullptr, f<1>, f<2>, f<3>, f<4>, f<5>, f<6>, f<7>, f<8>}
-constexpr TileFn kQ8Tiles[9] = TOY_TILES(q8_0_tile);
-constexpr TileFn kF16Tiles[9] = TOY_TILES(f16_tile);
-constexpr TileFn kQ4KTiles[9] = TOY_TILES(q4_k_tile);
-constexpr TileFn kQ6KTiles[9] = TOY_TILES(q6_k_tile);
-#undef TOY_TILES
+constexpr TileFn kQ8Tiles[9] = TOY_TILE_TABLE(q8_0_tile), kF16Tiles[9] = TOY_TILE_TABLE(f16_tile),
+                 kQ4KTiles[9] = TOY_TILE_TABLE(q4_k_tile), kQ6KTiles[9] = TOY_TILE_TABLE(q6_k_tile);
 
 }  // namespace
 
@@ -318,11 +308,7 @@ const KernelSet *avx512_kernels() {
 
 }  // namespace toy::graph::packed
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+TOY_TARGET_END
 
 #else
 
