@@ -150,7 +150,9 @@ TEST(Perplexity, KlDivergenceOfAModelFromItselfIsZero) {
 //   from ggml's by up to d_r = 9e-3 (measured; the fixtures' bound for
 //   quantized weights is 2e-2): about 1 % of this small model's near-tie top
 //   tokens flip and the mean KL moves by ~1.5 %; bounds 5 % (KL), 0.1 %
-//   (PPL) and 1.5 points (agreement).
+//   (PPL), 1.5 points (agreement) and 5e-4 for ln(PPL / PPL base): the AVX2
+//   kernel set, whose F16 matrices stay with ggml, measured 3.7e-4 from
+//   llama-perplexity's value there (the PPL bound allows 1e-3).
 TEST(Perplexity, KlDivergenceOfQ8CopyMatchesLlamaPerplexity) {
     TempDir dir;
     const std::string q8 = dir.file("q8_0.gguf");
@@ -159,19 +161,19 @@ TEST(Perplexity, KlDivergenceOfQ8CopyMatchesLlamaPerplexity) {
     const std::string base = write_base(stories_model(), dir.file("base.kld"));
     const nlohmann::json &ref = reference()["kl_q8_0"];
     const double kld = ref["kld"][0].get<double>();
-    auto check = [&](const eval::KlStats &k, double kld_tol, double top_tol) {
+    auto check = [&](const eval::KlStats &k, double kld_tol, double top_tol, double ln_ratio_tol) {
         EXPECT_GT(k.kld.value, 0.0);
         EXPECT_LT(std::abs(k.kld.value - kld), kld_tol * kld) << k.kld.value << " vs " << kld;
         EXPECT_NEAR(100 * k.same_top.value, ref["same_top_percent"][0].get<double>(), top_tol);
         EXPECT_LT(rel(k.ppl.value, ref["ppl"][0].get<double>()), 1e-3);
         EXPECT_LT(rel(k.ppl_base.value, ref["ppl_base"][0].get<double>()), 1e-4);
-        EXPECT_NEAR(k.ln_ppl_ratio.value, ref["ln_ppl_ratio"][0].get<double>(), 2e-4);
+        EXPECT_NEAR(k.ln_ppl_ratio.value, ref["ln_ppl_ratio"][0].get<double>(), ln_ratio_tol);
         EXPECT_NEAR(100 * k.p_diff_rms.value, ref["p_diff_rms_percent"][0].get<double>(), 0.05);
     };
     LoadOptions ggml_kernels;
     ggml_kernels.repack = false;
-    check(kl_of(q8, base, ggml_kernels), 0.005, 0.2);
-    check(kl_of(q8, base), 0.05, 1.5);
+    check(kl_of(q8, base, ggml_kernels), 0.005, 0.2, 2e-4);
+    check(kl_of(q8, base), 0.05, 1.5, 5e-4);
     // the CLI prints the statistics
     const auto r = run_toy(fmt::format("perplexity -m {} --kl-divergence-base {} --kl-divergence -t 2", shell_quote(q8),
                                        shell_quote(base)));
