@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -175,8 +176,7 @@ void pack_q6_k_group(const BlockQ6K *in, int64_t nb, uint8_t *out) {
     }
 }
 
-// The kernel set in use: the best the CPU runs, or TOY_PACKED_KERNELS's
-// choice (avx512, avx2, off), or use_packed_kernels's.
+// The best kernel set this CPU runs, or null.
 const KernelSet *cpu_best() {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -199,10 +199,21 @@ const KernelSet *runnable(std::string_view name) {
     return nullptr;
 }
 
+// The kernel set in use: the best the CPU runs, or TOY_PACKED_KERNELS's
+// choice (avx512, avx2, off; a name the CPU cannot run is a warning), or
+// use_packed_kernels's.
 std::atomic<const KernelSet *> &current() {
     static std::atomic<const KernelSet *> set{[] {
         const char *want = std::getenv("TOY_PACKED_KERNELS");
-        return want && *want ? runnable(want) : cpu_best();
+        if (!want || !*want) return cpu_best();
+        const KernelSet *k = runnable(want);
+        if (!k && std::string_view(want) != "off") {
+            const KernelSet *best = cpu_best();
+            std::fprintf(stderr, "toy: warning: TOY_PACKED_KERNELS=%s: expected avx512, avx2 or off, one this CPU runs; using %s\n",
+                         want, best ? best->name : "ggml's kernels");
+            return best;
+        }
+        return k;
     }()};
     return set;
 }
@@ -217,7 +228,6 @@ const TileFn *tiles_for(const KernelSet &k, ggml_type type) {
     default: return k.q6_k;
     }
 }
-
 
 // The input prepared for the matrix's input form (userdata: that form).
 void prepare_kernel(ggml_tensor *dst, int ith, int nth, void *input) {
