@@ -100,6 +100,10 @@ void add_rpc_servers(const std::string &list) {
         ggml_backend_reg_t reg = ggml_backend_rpc_add_server(e.c_str());
         if (!reg) fail("RPC server {}: ggml could not add it (a different protocol version?)", e);
         ggml_backend_register(reg);
+        // ggml keeps its servers for the whole process but in statics that are
+        // destroyed before the leak checker looks: keep them reachable
+        static auto *servers = new std::vector<ggml_backend_reg_t>;
+        servers->push_back(reg);
     }
 #else
     fail("this toy was built without ggml's RPC backend (configure with -DTOY_RPC=ON)");
