@@ -550,6 +550,38 @@ TEST(ChatE2E, MultiTurnKeepsTheCacheResetAndExit) {
     EXPECT_EQ(pty.wait_exit(), 0);
 }
 
+// Speculative decoding (a draft model, or prompt lookup) changes how many
+// tokens one pass decides, never the reply: at temperature 0 every turn and
+// the cache's length equal plain decoding's.
+TEST(ChatE2E, SpeculativeRepliesArePlainDecodings) {
+    auto conversation = [](const std::vector<std::string> &extra) {
+        auto args = chat_args();
+        args.insert(args.end(), extra.begin(), extra.end());
+        Pty pty(args);
+        std::vector<Reply> replies;
+        if (!pty.ok()) return replies;
+        pty.read_until(std::regex("\n> $"));
+        for (const char *line : {"Hello", "Tell me a story about a cat", "And then?"}) replies.push_back(chat_turn(pty, line));
+        pty.send("/exit\n");
+        pty.wait_exit();
+        return replies;
+    };
+    const std::vector<Reply> plain = conversation({});
+    ASSERT_EQ(plain.size(), 3u);
+    for (const auto &extra : {std::vector<std::string>{"--lookup-ngram", "1", "--draft-max", "6"},
+                              std::vector<std::string>{"-md", toy::test::shared_path("models/stories260K.gguf"), "--draft-p-min", "0"}}) {
+        SCOPED_TRACE(extra[0]);
+        const std::vector<Reply> fast = conversation(extra);
+        ASSERT_EQ(fast.size(), plain.size());
+        for (size_t i = 0; i < plain.size(); ++i) {
+            ASSERT_GT(plain[i].n_past, 0) << "turn " << i << ": no stats line";
+            EXPECT_EQ(fast[i].text, plain[i].text) << "turn " << i;
+            EXPECT_EQ(fast[i].n_past, plain[i].n_past) << "turn " << i;
+            EXPECT_EQ(fast[i].generated, plain[i].generated) << "turn " << i;
+        }
+    }
+}
+
 TEST(ChatE2E, CtrlCStopsTheReplyNotTheProgram) {
     auto args = chat_args();
     args[9] = "-1";    // -n: until end of turn or a full context

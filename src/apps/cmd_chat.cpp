@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -42,6 +43,7 @@ struct ChatOptions {
     std::string system_prompt;
     PromptFlags first;         // -p / -f: the first user message
     ConstraintFlags constraint;  // every reply follows this grammar
+    DraftFlags draft;          // speculative decoding: -md / --lookup-ngram
     bool single_turn = false;  // -st: end after the first reply
     bool verbose = false;
 };
@@ -139,6 +141,9 @@ int run_chat(const ChatOptions &o) {
 
     Session session(*model, o.model.session_options());
     print_notes(session);
+    const std::unique_ptr<Speculator> spec = o.draft.make(session, o.model);
+    // the tokens in the cache, in order (speculative passes evaluate and trim them themselves)
+    std::vector<int32_t> history;
     text::Sampler sampler(text::with_dry_breakers(o.sampling, vocab));
     text::Conversation chat(tmpl, o.system_prompt);
     // the cache's size, or fewer where a model has only so many learned positions
@@ -185,6 +190,7 @@ int run_chat(const ChatOptions &o) {
                 } else if (word == "/reset") {
                     chat.clear();
                     session.reset();
+                    history.clear();
                     sampler.reset();
                     std::fprintf(stderr, "toy: history and cache cleared\n");
                 } else if (word == "/save") {
@@ -224,11 +230,13 @@ int run_chat(const ChatOptions &o) {
         if (turn.reset) {
             if (o.verbose) std::fprintf(stderr, "[the template changed earlier turns: re-reading the conversation]\n");
             session.reset();
+            history.clear();
             sampler.reset();
         }
 
         const auto t_prompt = Clock::now();
         if (!prompt.empty()) session.eval(prompt);
+        history.insert(history.end(), prompt.begin(), prompt.end());
         const double prompt_ms = ms_since(t_prompt);
         for (int32_t t : prompt) sampler.accept(t);
         chat.commit(turn);
@@ -240,13 +248,29 @@ int run_chat(const ChatOptions &o) {
         text::Generation gen(&vocab, sampler, {limit, false, {}, false, grammar});
         std::string reply;
         const auto t_gen = Clock::now();
-        while (!g_interrupted.load()) {
-            const text::Step st = gen.next({session.last_logits(), (size_t)session.n_vocab()});
-            if (st.token >= 0) session.eval(std::span<const int32_t>(&st.token, 1));
+        auto show = [&](const text::Step &st, std::span<const float>) {
             reply += st.text;
             out(st.text);
-            if (st.done) break;
+        };
+        auto evaluate = [&](int32_t token) {
+            session.eval(std::span<const int32_t>(&token, 1));
+            history.push_back(token);
+        };
+        text::Step st = gen.next({session.last_logits(), (size_t)session.n_vocab()});
+        show(st, {});
+        while (!st.done && !g_interrupted.load()) {
+            if (spec) {
+                // the pending token and a draft in one pass, which decides one or more tokens
+                const int64_t left = limit - (int64_t)gen.tokens().size();
+                st = spec->step(gen, history, st.token, (int)std::clamp<int64_t>(left - 1, 0, INT_MAX), show);
+            } else {
+                evaluate(st.token);
+                st = gen.next({session.last_logits(), (size_t)session.n_vocab()});
+                show(st, {});
+            }
         }
+        // the last token shown is pending: the cache holds the reply's text, all of it
+        if (st.token >= 0) evaluate(st.token);
         const double gen_ms = ms_since(t_gen);
         const int n_gen = (int)gen.tokens().size();
         const bool full = gen.reason() == text::StopReason::Length && limit == room && (o.n_predict < 0 || room < o.n_predict);
@@ -267,6 +291,12 @@ int run_chat(const ChatOptions &o) {
                          (long long)session.n_past(), (long long)n_ctx, prompt.size(),
                          prompt_ms > 0 ? prompt.size() / (prompt_ms / 1000.0) : 0.0, n_gen,
                          gen_ms > 0 ? n_gen / (gen_ms / 1000.0) : 0.0);
+            if (spec) {
+                const SpeculativeStats &ss = spec->stats();
+                std::fprintf(stderr, "[%s: drafted %lld, accepted %lld (%.1f%%), %lld target passes]\n",
+                             spec->drafter().name().c_str(), (long long)ss.drafted, (long long)ss.accepted,
+                             100.0 * ss.acceptance(), (long long)ss.passes);
+            }
         }
     }
 }
@@ -284,6 +314,7 @@ Command reg("chat", "Chat with a model in the terminal (multi-turn, keeps the KV
     // llama.cpp also spells it -sys: CLI11 takes that only through main.cpp's alias table
     app.add_option("--system-prompt", o->system_prompt, "system message that opens the conversation");
     o->first.add_to(app, /*with_tokens=*/false);
+    o->draft.add_to(app);
     app.add_flag("--single-turn", o->single_turn, "quit after the first reply; also -st");
     app.add_flag("-v,--verbose", o->verbose, "timings and cache use after each reply (stderr)");
     return [o] { return run_chat(*o); };
