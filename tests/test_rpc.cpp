@@ -129,6 +129,11 @@ TEST(Rpc, ServerComputesWhatTheLocalCpuComputes) {
     const std::string endpoint = "127.0.0.1:" + std::to_string(p.port);
     ggml_backend_t rpc = ggml_backend_rpc_init(endpoint.c_str(), 0);
     ASSERT_NE(rpc, nullptr);
+    // ggml caches each server's registration and buffer type for the process
+    // in statics destroyed before LeakSanitizer looks: keep them reachable
+    static auto *kept = new std::vector<const void *>;
+    kept->push_back(ggml_backend_rpc_add_server(endpoint.c_str()));
+    kept->push_back(ggml_backend_rpc_buffer_type(endpoint.c_str(), 0));
     EXPECT_TRUE(ggml_backend_is_rpc(rpc));
     size_t free = 0, total = 0;
     ggml_backend_rpc_get_device_memory(endpoint.c_str(), 0, &free, &total);
