@@ -20,6 +20,7 @@
 #include "apps/session_options.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/parallel.h"
 #include "runtime/bandwidth.h"
 #include "runtime/kv_cache.h"
 
@@ -37,7 +38,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace toy::cli {
@@ -180,7 +180,6 @@ ModelInfo describe(const Model &m) {
     return info;
 }
 
-int resolved_threads(int n) { return n > 0 ? n : (int)std::max(1u, std::thread::hardware_concurrency()); }
 
 // The session options of one combination of the list flags.
 SessionOptions session_options(const BenchOptions &o, const Instance &inst) {
@@ -324,7 +323,7 @@ public:
             const std::string fa = show_fa_ ? fmt::format(" {:>2} |", flash_attn_code(r.inst.flash_attn)) : "";
             const std::string ts = fmt::format("{:.2f} ± {:.2f}", mean(r.samples_ts), stddev(r.samples_ts));
             std::printf("| %-28s | %10s | %10s | %7s | %7d |%s%s %13s | %21s |\n", info_.type_label.c_str(),
-                        human_bytes((double)info_.size).c_str(), params.c_str(), "CPU", resolved_threads(r.inst.n_threads),
+                        human_bytes((double)info_.size).c_str(), params.c_str(), "CPU", toy::thread_count(r.inst.n_threads),
                         kv.c_str(), fa.c_str(), r.name().c_str(), ts.c_str());
         } else {
             nlohmann::ordered_json j = fields(r);
@@ -377,7 +376,7 @@ private:
             {"model_n_params", info_.n_params},
             {"n_batch", o_.model.n_batch},
             {"n_ubatch", o_.model.n_ubatch},
-            {"n_threads", resolved_threads(r.inst.n_threads)},
+            {"n_threads", toy::thread_count(r.inst.n_threads)},
             {"type_k", ggml_type_name(so.type_k)},
             {"type_v", ggml_type_name(so.type_v)},
             {"flash_attn", flash_attn_code(r.inst.flash_attn)},
@@ -418,7 +417,7 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
     if (o.reps < 1) fail("-r: expected at least 1 repetition, found {}", o.reps);
     if (o.roofline_mib < 0) fail("--roofline-mib: expected a size >= 0, found {}", o.roofline_mib);
     const std::vector<Instance> insts = instances(o);  // checks -t, -fa, -ctk, -ctv before the load
-    const int n_threads = resolved_threads(insts.front().n_threads);
+    const int n_threads = toy::thread_count(insts.front().n_threads);
 
     if (o.model.model_path.empty()) {
         if (!o.roofline) fail("-m: a model file is required (or --roofline alone for the bandwidth probe)");

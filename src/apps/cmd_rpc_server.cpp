@@ -8,6 +8,7 @@
 // buffers, so the default address is the loopback one.
 #include "apps/cli.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 #include <ggml-backend.h>
 #if defined(TOY_HAVE_RPC)
@@ -25,7 +26,6 @@
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <thread>
 
 namespace {
 
@@ -84,7 +84,7 @@ int run_rpc_server(const Options &o) {
         std::filesystem::create_directories(o.cache, ec);
         if (ec) toy::fail("--cache {}: {}", o.cache, ec.message());
     }
-    const int threads = o.threads > 0 ? o.threads : (int)std::max(1u, std::thread::hardware_concurrency());
+    const int threads = toy::thread_count(o.threads);
     const std::string endpoint = (o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host) + ":" +
                                  std::to_string(o.port);
     std::fflush(stdout);

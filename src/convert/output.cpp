@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 
 namespace toy::convert {
 namespace {
@@ -112,7 +111,7 @@ ggml_type stored_type(const OutTensor &t, ggml_type matrix) {
 }
 
 WriteResult write_converted(const Converted &m, OutType type, const std::string &path, int n_threads) {
-    if (n_threads <= 0) n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    n_threads = thread_count(n_threads);
     WriteResult r;
     r.matrix_type = matrix_type(type, m.first_matrix_dtype);
     gguf::Writer w;

@@ -9,8 +9,10 @@
 
 namespace toy {
 
+int thread_count(int n_threads) { return n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency()); }
+
 void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &body) {
-    const int nt = (int)std::max<int64_t>(1, std::min<int64_t>(n_threads, n));
+    const int nt = (int)std::max<int64_t>(1, std::min<int64_t>(thread_count(n_threads), n));
     if (nt == 1) {
         for (int64_t i = 0; i < n; ++i) body(i);
         return;

@@ -1,6 +1,7 @@
-// A small work-sharing loop for the file writers (quantize, convert, init):
-// indices handed out one at a time to up to n_threads threads, the caller's
-// included; the first exception a body throws stops the rest and is rethrown.
+// A small work-sharing loop for the file writers (quantize, convert, init,
+// load's packing) and perplexity's per-row work: indices handed out one at a
+// time to up to n_threads threads, the caller's included; the first exception
+// a body throws stops the rest and is rethrown.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,10 @@
 
 namespace toy {
 
-// Runs body(i) for i in [0, n) on up to n_threads threads (the caller's included).
+// n_threads, or every hardware thread when n_threads <= 0 (toy's -t 0).
+int thread_count(int n_threads);
+
+// Runs body(i) for i in [0, n) on up to thread_count(n_threads) threads (the caller's included).
 void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &body);
 
 }  // namespace toy

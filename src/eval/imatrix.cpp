@@ -1,6 +1,7 @@
 #include "eval/imatrix.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 #include <ggml-backend.h>
 #include <ggml.h>

@@ -2,6 +2,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,6 @@
 #include "core/error.h"
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
 
 namespace toy::eval {
 namespace {
@@ -68,30 +66,6 @@ void evaluate_windows(Session &s, std::span<const int32_t> tokens, const WindowP
         if (after_decode) after_decode();
         on_windows(first, count, s.logits().data());
     }
-}
-
-void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &f) {
-    int t = n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-    t = (int)std::min<int64_t>(t, n);
-    if (t <= 1) {
-        for (int64_t i = 0; i < n; ++i) f(i);
-        return;
-    }
-    std::atomic<int64_t> next{0};
-    std::exception_ptr error;
-    std::atomic<bool> failed{false};
-    auto work = [&] {
-        try {
-            for (int64_t i; !failed && (i = next++) < n;) f(i);
-        } catch (...) {
-            if (!failed.exchange(true)) error = std::current_exception();
-        }
-    };
-    std::vector<std::thread> pool;
-    for (int k = 1; k < t; ++k) pool.emplace_back(work);
-    work();
-    for (auto &th : pool) th.join();
-    if (error) std::rethrow_exception(error);
 }
 
 }  // namespace toy::eval

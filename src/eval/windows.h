@@ -65,8 +65,4 @@ void evaluate_windows(Session &s, std::span<const int32_t> tokens, const WindowP
                       const std::function<void(int64_t first, int64_t count, const float *logits)> &on_windows,
                       const std::function<void()> &after_decode = {});
 
-// Runs f(i) for i in [0, n) on up to n_threads threads (0: all hardware
-// threads); the work between decodes (softmaxes over the vocabulary).
-void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &f);
-
 }  // namespace toy::eval

@@ -59,7 +59,7 @@ bool use_packed_kernels(std::string_view name);
 size_t packed_size(ggml_type type, int64_t n_in, int64_t n_out);
 
 // Rewrites a matrix [n_in, n_out] of `type` (ggml's row-major blocks) into the
-// packed layout at dst (packed_size bytes), on up to n_threads threads.
+// packed layout at dst (packed_size bytes), on up to n_threads threads (0: all).
 void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64_t n_out, int n_threads = 1);
 
 // y = W x for a packed W [n_in, n_out] and x [n_in, ...] float32, as

@@ -18,7 +18,6 @@
 #include <map>
 #include <numbers>
 #include <random>
-#include <thread>
 
 namespace toy {
 namespace {
@@ -431,8 +430,7 @@ void fill_tensor(const Plan &p, uint64_t seed, int n_threads, uint8_t *out, uint
     const int64_t n_chunks = (n_rows + rows_per_chunk - 1) / rows_per_chunk;
     const uint64_t tensor_seed = splitmix64(seed ^ fnv1a(p.name));
 
-    const int threads = n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-    parallel_for(n_chunks, threads, [&](int64_t c) {
+    parallel_for(n_chunks, n_threads, [&](int64_t c) {
         const int64_t r0 = c * rows_per_chunk;
         const int64_t nr = std::min(rows_per_chunk, n_rows - r0);
         const int64_t n = nr * n_per_row;

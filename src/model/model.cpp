@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <sys/mman.h>
 
@@ -416,7 +415,6 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     uint64_t fill_bytes = 0;
     for (const Plan *pp : to_fill) fill_bytes += ggml_nbytes(pp->t);
     Progress progress("loading " + std::filesystem::path(f.path()).filename().string(), fill_bytes);
-    const int pack_threads = (int)std::max(1u, std::thread::hardware_concurrency());
     for (const Plan *pp : to_fill) {
         const Plan &p = *pp;
         // the bound type's bytes: the mapped source as it is, or joined / requantized
@@ -427,7 +425,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         if (!p.packed) {
             ggml_backend_tensor_set(p.t, src, 0, ggml_nbytes(p.t));
         } else {
-            graph::pack_matrix(p.t->type, src, p.t->data, p.t->ne[0], p.t->ne[1], pack_threads);
+            graph::pack_matrix(p.t->type, src, p.t->data, p.t->ne[0], p.t->ne[1], /*all threads*/ 0);
         }
         for (size_t i = 0; i < p.e->src.parts.size(); ++i) f.release(p.e->src.parts[i], p.e->src.part_bytes[i]);
         progress.add(ggml_nbytes(p.t));

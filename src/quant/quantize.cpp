@@ -17,7 +17,6 @@
 #include <functional>
 #include <mutex>
 #include <numeric>
-#include <thread>
 
 namespace toy::quant {
 namespace {
@@ -243,7 +242,7 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
     }
 
     // ---- tensors, converted one at a time as the writer asks for them
-    const int n_threads = o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+    const int n_threads = thread_count(o.n_threads);
     const gguf::File *fp = file.get();
     for (const Job &job : jobs) {
         const gguf::TensorInfo &t = *job.src;

@@ -1,6 +1,7 @@
 #include "runtime/bandwidth.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 #include <ggml-alloc.h>
 
@@ -96,7 +97,7 @@ struct AlignedBuffer {
 }  // namespace
 
 BandwidthResult measure_read_bandwidth(int n_threads, size_t buffer_bytes, int runs) {
-    if (n_threads <= 0) n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    n_threads = thread_count(n_threads);
     if (runs <= 0) runs = 1;
     if (buffer_bytes == 0) buffer_bytes = default_buffer_bytes();
     // every thread's slice is a multiple of 2 MiB, so slices stay aligned for any kernel

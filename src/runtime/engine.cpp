@@ -1,14 +1,14 @@
 #include "runtime/engine.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 #include <algorithm>
-#include <thread>
 
 namespace toy {
 
 Engine::Engine(int n_threads) {
-    n_threads_ = n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+    n_threads_ = thread_count(n_threads);
     backend_ = ggml_backend_cpu_init();
     if (!backend_) fail("could not start the CPU backend");
     ggml_backend_cpu_set_n_threads(backend_, n_threads_);
