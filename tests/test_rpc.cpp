@@ -64,7 +64,8 @@ bool accepts(int port) {
 // `toy rpc-server` in a child process, stopped at the end of the scope.
 struct Server {
     pid_t pid = -1;
-    explicit Server(int port) {
+    int port;
+    explicit Server(int port_) : port(port_) {
         const std::string cmd = "exec " + toy::test::shell_quote(TOY_BIN) + " rpc-server -t 1 --port " +
                                 std::to_string(port) + " >/dev/null 2>&1";
         pid = fork();
@@ -72,6 +73,15 @@ struct Server {
             execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)nullptr);
             _exit(127);
         }
+    }
+    // Whether it accepts connections within 20 s.
+    bool started() const {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (pid > 0 && !accepts(port)) {
+            if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) return false;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return pid > 0;
     }
     ~Server() {
         if (pid > 0) {
@@ -112,12 +122,7 @@ TEST(Rpc, ServerComputesWhatTheLocalCpuComputes) {
     Port p;
     p.release();
     Server server(p.port);
-    ASSERT_GT(server.pid, 0);
-    const auto t0 = std::chrono::steady_clock::now();
-    while (!accepts(p.port)) {
-        ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << "toy rpc-server did not start";
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    ASSERT_TRUE(server.started()) << "toy rpc-server did not start";
     const int64_t n_in = 256, n_out = 48, cols = 5;
     std::mt19937 rng(3);
     std::normal_distribution<float> g(0.0f, 1.0f);
@@ -160,11 +165,7 @@ TEST(Rpc, DevicesListsTheCpuAndTheServersGiven) {
     Port p;
     p.release();
     Server server(p.port);
-    const auto t0 = std::chrono::steady_clock::now();
-    while (!accepts(p.port)) {
-        ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << "toy rpc-server did not start";
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    ASSERT_TRUE(server.started()) << "toy rpc-server did not start";
     const std::string endpoint = "127.0.0.1:" + std::to_string(p.port);
     const toy::test::CommandResult both = run_toy("devices --rpc " + endpoint);
     ASSERT_EQ(both.code, 0) << both.err;

@@ -82,7 +82,7 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 }
 
 // Decoding (one or two columns) streams each weight once: ask for the bytes
-// `ahead` on (kPrefetchAhead).
+// kPrefetchAhead on.
 template <int C>
 inline void prefetch_block(const uint8_t *w, size_t bytes) {
     if constexpr (C <= 2) {
@@ -237,56 +237,54 @@ inline __m256i q6_vector(__m256i bits, __m256i h) {
 template <int C>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q6_k_tile, 2)
-    {
-        const __m256i lo4 = _mm256_set1_epi8(0x0F);
-        for (int h = 0; h < 2; ++h) {
-            for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
-            const uint8_t *wb = w;
-            for (int64_t b = 0; b < nb; ++b, wb += kQ6Block) {
-                if (h == 0) prefetch_block<C>(wb, kQ6Block);
-                const uint8_t *xb[C];
-                for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
-                __m256i tot[C];
-                for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
-                for (int j = 0; j < 8; ++j) {
-                    const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
-                    __m256i sa[C], sb[C];
-                    for (int c = 0; c < C; ++c) sa[c] = sb[c] = _mm256_setzero_si256();
-                    auto step = [&](auto kc) {
-                        constexpr int k = decltype(kc)::value;
-                        const __m256i n = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
-                        const __m256i va = q6_vector<k>(_mm256_and_si256(n, lo4), h0);
-                        const __m256i vb = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), h1);
-                        for (int c = 0; c < C; ++c) {
-                            const uint8_t *q = xb[c] + kKQs + 32 * j;
-                            sa[c] = _mm256_add_epi32(sa[c], dot4(va, bcast4(q + 4 * k)));
-                            sb[c] = _mm256_add_epi32(sb[c], dot4(vb, bcast4(q + 16 + 4 * k)));
-                        }
-                    };
-                    step(std::integral_constant<int, 0>{});
-                    step(std::integral_constant<int, 1>{});
-                    step(std::integral_constant<int, 2>{});
-                    step(std::integral_constant<int, 3>{});
-                    // the unit's two scales, sign-extended per row
-                    const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
-                    const __m256i sca = _mm256_srai_epi32(_mm256_slli_epi32(pr, 16), 16), scb = _mm256_srai_epi32(pr, 16);
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    for (int h = 0; h < 2; ++h) {
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
+        const uint8_t *wb = w;
+        for (int64_t b = 0; b < nb; ++b, wb += kQ6Block) {
+            if (h == 0) prefetch_block<C>(wb, kQ6Block);
+            const uint8_t *xb[C];
+            for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+            __m256i tot[C];
+            for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; ++j) {
+                const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
+                __m256i sa[C], sb[C];
+                for (int c = 0; c < C; ++c) sa[c] = sb[c] = _mm256_setzero_si256();
+                auto step = [&](auto kc) {
+                    constexpr int k = decltype(kc)::value;
+                    const __m256i n = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
+                    const __m256i va = q6_vector<k>(_mm256_and_si256(n, lo4), h0);
+                    const __m256i vb = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), h1);
                     for (int c = 0; c < C; ++c) {
-                        tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_mullo_epi32(sa[c], sca), _mm256_mullo_epi32(sb[c], scb)));
+                        const uint8_t *q = xb[c] + kKQs + 32 * j;
+                        sa[c] = _mm256_add_epi32(sa[c], dot4(va, bcast4(q + 4 * k)));
+                        sb[c] = _mm256_add_epi32(sb[c], dot4(vb, bcast4(q + 16 + 4 * k)));
                     }
-                }
-                const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));
+                };
+                step(std::integral_constant<int, 0>{});
+                step(std::integral_constant<int, 1>{});
+                step(std::integral_constant<int, 2>{});
+                step(std::integral_constant<int, 3>{});
+                // the unit's two scales, sign-extended per row
+                const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
+                const __m256i sca = _mm256_srai_epi32(_mm256_slli_epi32(pr, 16), 16), scb = _mm256_srai_epi32(pr, 16);
                 for (int c = 0; c < C; ++c) {
-                    // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
-                    __m256i corr = _mm256_setzero_si256();
-                    for (int j = 0; j < 8; ++j) {
-                        const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
-                        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pr, bcast4(xb[c] + kKSum16 + 4 * j)));
-                    }
-                    const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, 5));
-                    float *yc = y + c * ldy + 8 * h;
-                    const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
-                    _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
+                    tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_mullo_epi32(sa[c], sca), _mm256_mullo_epi32(sb[c], scb)));
                 }
+            }
+            const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));
+            for (int c = 0; c < C; ++c) {
+                // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
+                __m256i corr = _mm256_setzero_si256();
+                for (int j = 0; j < 8; ++j) {
+                    const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
+                    corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pr, bcast4(xb[c] + kKSum16 + 4 * j)));
+                }
+                const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, 5));
+                float *yc = y + c * ldy + 8 * h;
+                const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
+                _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
             }
         }
     }

@@ -103,11 +103,11 @@ inline __m512i dot_u8s8(__m512i s, const __m512i *w, const uint8_t *x) {
 }
 
 // Decoding (one or two columns) streams each weight once: ask for the bytes
-// `ahead` on (kPrefetchAhead).
+// kPrefetchAhead on.
 template <int C>
-inline void prefetch_block(const uint8_t *w, size_t bytes, size_t ahead) {
+inline void prefetch_block(const uint8_t *w, size_t bytes) {
     if constexpr (C <= 2) {
-        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(w + ahead + o), _MM_HINT_T0);
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(w + kPrefetchAhead + o), _MM_HINT_T0);
     }
 }
 
@@ -118,7 +118,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, w += kGroupBlock) {
-        prefetch_block<C>(w, kGroupBlock, kPrefetchAhead);
+        prefetch_block<C>(w, kGroupBlock);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w)));
         __m512i q[8];
         for (int j = 0; j < 8; ++j) q[j] = _mm512_loadu_si512(w + 32 + 64 * j);
@@ -145,7 +145,7 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
     for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
     int64_t k = 0;
     for (; k + 1 < n_in; k += 2) {
-        prefetch_block<C>(w + 32 * k, 64, kPrefetchAhead);
+        prefetch_block<C>(w + 32 * k, 64);
         const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * k)));
         const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * (k + 1))));
         for (int c = 0; c < C; ++c) {
@@ -183,7 +183,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, w += kQ4Block) {
-        prefetch_block<C>(w, kQ4Block, kPrefetchAhead);
+        prefetch_block<C>(w, kQ4Block);
         const uint8_t *xb[C];
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
         __m512i tot[C];
@@ -231,7 +231,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, w += kQ6Block) {
-        prefetch_block<C>(w, kQ6Block, kPrefetchAhead);
+        prefetch_block<C>(w, kQ6Block);
         const uint8_t *xb[C];
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
         __m512i tot[C];

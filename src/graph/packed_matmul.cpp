@@ -244,6 +244,8 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     Format f{};
     format_of(w->type, &f);
     const int64_t n_out = w->ne[1], n_cols = columns(xs);
+    const auto [g0, g1] = thread_share(n_out / kRows, ith, nth);
+    if (g0 == g1) return;
     // the prepared input: quantize_input's result, or (a few float columns)
     // prepared by every thread for itself, which saves the graph an op and
     // its threads a barrier per matrix when decoding
@@ -259,7 +261,6 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     const int64_t depth = w->ne[0] / f.unit;  // a tile's units: blocks, or inputs for F16
     const size_t group_bytes = depth * f.group_unit_bytes;
     const TileFn *tiles = tiles_for(k, w->type);
-    const auto [g0, g1] = thread_share(n_out / kRows, ith, nth);
     const auto *wbase = static_cast<const uint8_t *>(w->data);
     auto *y = static_cast<float *>(dst->data);
     // Columns in panels whose prepared inputs stay in L2 while the thread's
@@ -275,6 +276,18 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
             }
         }
     }
+}
+
+// The format of a matrix of `type`, for an input x it can multiply (float32
+// rows of whole blocks); throws toy::Error otherwise.
+Format checked_format(const ggml_tensor *x, ggml_type type) {
+    Format f{};
+    if (!format_of(type, &f)) fail("packed matmul: no packed layout for {}", ggml_type_name(type));
+    if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[0] % f.unit != 0) {
+        fail("packed matmul: input must be float32 rows{}",
+             f.unit > 1 ? fmt::format(" of a multiple of {} values", f.unit) : "");
+    }
+    return f;
 }
 
 }  // namespace
@@ -334,12 +347,7 @@ ggml_type packed_input_type(ggml_type type) {
 }
 
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type) {
-    Format f{};
-    if (!format_of(type, &f)) fail("packed matmul: no packed layout for {}", ggml_type_name(type));
-    if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[0] % f.unit != 0) {
-        fail("packed matmul: input must be float32 rows{}",
-             f.unit > 1 ? fmt::format(" of a multiple of {} values", f.unit) : "");
-    }
+    const Format f = checked_format(x, type);
     static const ggml_type kForms[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_K, GGML_TYPE_F16};
     const ggml_type *form = std::find(std::begin(kForms), std::end(kForms), f.input);
     ggml_tensor *args[] = {x};
@@ -352,9 +360,7 @@ bool packed_input_inline(const ggml_tensor *x) { return columns(x) <= kInlineCol
 ggml_tensor *packed_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *xq) {
     if (w->ne[0] != x->ne[0]) fail("packed matmul: input has {} rows, the matrix {}", x->ne[0], w->ne[0]);
     if (!xq && packed_input_inline(x)) {
-        Format f{};
-        if (!format_of(w->type, &f)) fail("packed matmul: no packed layout for {}", ggml_type_name(w->type));
-        if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float)) fail("packed matmul: input must be float32 rows");
+        checked_format(x, w->type);
         xq = x;  // prepared inside the product
     }
     if (!xq) xq = quantize_input(ctx, x, w->type);
