@@ -144,8 +144,12 @@ TEST(Cli, SingleDashLongFlagsAreLongFlagsOrNamedErrors) {
     ASSERT_EQ(a.code, 0) << a.err;
     Result b = run_toy("run -m " + kStories + " -p Once -n 4 --temp 0 -no-bos");
     ASSERT_EQ(b.code, 0) << b.err;
+    // -ngl is --n-gpu-layers: with no GPU and no --rpc, nothing to offload to
+    expect_one_line_error(run_toy("run -m " + kStories + " -p Once -ngl 99"), "-ngl 99: no GPU or RPC device");
+    Result none = run_toy("run -m " + kStories + " -p Once -n 4 --temp 0 -ngl 0 -sm none -dev none");
+    ASSERT_EQ(none.code, 0) << none.err;
     // unknown: one line naming the flag, exit 1, never help and 0
-    expect_one_line_error(run_toy("run -m " + kStories + " -p Once -ngl 99"), "'-ngl'");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p Once -nkvo"), "'-nkvo'");
     expect_one_line_error(run_toy("run -hf org/x"), "'-hf'");
     expect_one_line_error(run_toy("bench -m " + kStories + " -mmp 0"), "'-mmp'");
     // a value that looks like a flag is still the value

@@ -2,6 +2,11 @@
 // (ggml's RPC backend, as toy and llama.cpp's tools use it) runs a graph on it
 // and gets the bytes the local CPU backend computes; bad flags and a port
 // already taken are one-line errors.
+//
+// Models split across the CPU and two servers (-ngl, --rpc, --tensor-split,
+// --split-mode, --device): the local run's logits, prompt and decode paths;
+// a server that dies mid-run and a split that does not fit are one-line
+// errors; so is every bad split flag, before loading.
 #include "test_util.h"
 
 #include <ggml-backend.h>
@@ -21,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,6 +35,7 @@
 namespace {
 
 using toy::test::run_toy;
+namespace test = toy::test;
 
 // A loopback socket bound to a free port (kept open while `hold` is true).
 struct Port {
@@ -68,6 +75,15 @@ struct Server {
     explicit Server(int port_) : port(port_) {
         const std::string cmd = "exec " + toy::test::shell_quote(TOY_BIN) + " rpc-server -t 1 --port " +
                                 std::to_string(port) + " >/dev/null 2>&1";
+        pid = fork();
+        if (pid == 0) {
+            execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)nullptr);
+            _exit(127);
+        }
+    }
+    Server(int port_, const std::string &extra) : port(port_) {
+        const std::string cmd = "exec " + toy::test::shell_quote(TOY_BIN) + " rpc-server -t 1 --port " +
+                                std::to_string(port) + " " + extra + " >/dev/null 2>&1";
         pid = fork();
         if (pid == 0) {
             execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)nullptr);
@@ -200,5 +216,153 @@ TEST(Rpc, BadFlagsAndATakenPortAreOneLineErrors) {
     EXPECT_NE(r.err.find("cannot listen on 127.0.0.1:" + std::to_string(taken.port)), std::string::npos) << r.err;
 #endif
 }
+
+// ---- models split across the CPU and RPC servers ----
+
+// A one-line "toy: error:" on stderr and exit code 1.
+void expect_one_line_error(const test::CommandResult &r, const std::string &needle) {
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("toy: error:"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST(Split, BadSplitFlagsAreOneLineErrorsBeforeLoading) {
+    const std::string m = "logits -m " + test::fixture_path("llama-256.q8_0.gguf") + " --tokens 1,2 -o /dev/null ";
+    // nothing to offload to: no GPU here, no --rpc
+    expect_one_line_error(run_toy(m + "-ngl 2"), "-ngl 2: no GPU or RPC device");
+    expect_one_line_error(run_toy(m + "-ngl -3"), "-ngl: expected a number of layers >= 0");
+    expect_one_line_error(run_toy(m + "--device RPC0"), "--device RPC0: no such offload device");
+    expect_one_line_error(run_toy(m + "-sm row"), "--split-mode row: toy splits models by layer only");
+    expect_one_line_error(run_toy(m + "-sm rows"), "--split-mode: expected none, layer or row");
+    expect_one_line_error(run_toy(m + "-ts 3,x"), "--tensor-split: expected proportions");
+    // with no device, -ngl's default offloads nothing: the local run
+    const test::CommandResult local = run_toy(m);
+    EXPECT_EQ(local.code, 0) << local.err;
+    EXPECT_EQ(local.err.find("split:"), std::string::npos) << local.err;
+    const test::CommandResult list = run_toy("run --list-devices");  // no -m needed to list
+    EXPECT_EQ(list.code, 0) << list.err;
+    EXPECT_NE(list.out.find("  CPU: "), std::string::npos) << list.out;
+#if defined(TOY_HAVE_RPC)
+    Port p1, p2;
+    p1.release();
+    p2.release();
+    Server a(p1.port), b(p2.port);
+    ASSERT_TRUE(a.started() && b.started());
+    const std::string rpc = "--rpc 127.0.0.1:" + std::to_string(p1.port) + ",127.0.0.1:" + std::to_string(p2.port) + " ";
+    expect_one_line_error(run_toy(m + rpc + "--device RPC7"), "--device RPC7: no such offload device (available: RPC0, RPC1");
+    expect_one_line_error(run_toy(m + rpc + "--device RPC0,RPC0"), "--device: RPC0 is named twice");
+    expect_one_line_error(run_toy(m + rpc + "-ts 1,1,1"), "--tensor-split: 3 proportions for 2 offload devices");
+    expect_one_line_error(run_toy(m + rpc + "-ts 0,0"), "--tensor-split: every proportion is 0");
+    expect_one_line_error(run_toy(m + rpc + "-sm none -mg 2"), "--main-gpu 2: expected 0 to 1");
+    expect_one_line_error(run_toy(m + rpc + "--device none -ngl 1"), "-ngl 1: no GPU or RPC device");
+    const test::CommandResult both = run_toy("chat " + rpc + "--list-devices");
+    EXPECT_EQ(both.code, 0) << both.err;
+    EXPECT_NE(both.out.find("  RPC1: 127.0.0.1:" + std::to_string(p2.port) + " ("), std::string::npos) << both.out;
+    // a server that offers 1 MiB: the fixture's blocks (about 1.1 MiB) do not fit, said before copying
+    Port p3;
+    p3.release();
+    Server small(p3.port, "--mem 1");
+    ASSERT_TRUE(small.started());
+    expect_one_line_error(run_toy(m + "--rpc 127.0.0.1:" + std::to_string(p3.port)), "MiB, it has 1.0 MiB free");
+    const test::CommandResult listed = run_toy("devices --rpc 127.0.0.1:" + std::to_string(p3.port));
+    EXPECT_NE(listed.out.find("(1 MiB, 1 MiB free)"), std::string::npos) << listed.out;
+#endif
+}
+
+#if defined(TOY_HAVE_RPC)
+// toy logits over a fixture's tokens with these flags (F32 cache, no flash
+// attention: the same ggml kernels wherever a block runs).
+std::vector<float> fixture_logits(const std::string &fixture, const std::string &flags, std::string *err = nullptr) {
+    const nlohmann::json meta = test::read_json(test::fixture_path(fixture + ".json"));
+    test::TempDir dir;
+    const std::string out = dir.file("logits.f32");
+    const test::CommandResult r =
+        run_toy("logits -m " + test::fixture_path(fixture + ".gguf") + " --tokens " +
+                test::join_ids(meta["tokens"].get<std::vector<int>>()) + " -ctk f32 -ctv f32 -fa off -t 2 -o " + out + " " + flags);
+    EXPECT_EQ(r.code, 0) << r.err;
+    if (err) *err = r.err;
+    return r.code == 0 ? test::read_f32(out) : std::vector<float>{};
+}
+
+TEST(Split, LayersOnTwoServersGiveTheLocalLogits) {
+    Port p1, p2;
+    p1.release();
+    p2.release();
+    Server a(p1.port), b(p2.port);
+    ASSERT_TRUE(a.started() && b.started());
+    const std::string rpc = "--rpc 127.0.0.1:" + std::to_string(p1.port) + ",127.0.0.1:" + std::to_string(p2.port) + " ";
+    struct Case {
+        std::string fixture, flags, split;  // split: what `toy: split:` must say
+    };
+    const std::vector<Case> cases = {
+        // everything on the servers (-ngl's default with devices), blocks by free memory
+        {"llama-256.q8_0", "", "block 0: RPC0; block 1: RPC1; output: RPC1"},
+        // the last block only, the head on the CPU; decoding token by token (K and V cached remotely)
+        {"llama-256.q8_0", "-ngl 1 --stepwise", "block 0: CPU; block 1: RPC0; output: CPU"},
+        // sliding window, softcaps, post-norms; the split by --tensor-split
+        {"gemma2.f32", "-ngl 3 -ts 1,2", "block 0: CPU; block 1: RPC0; blocks 2-3: RPC1; output: CPU"},
+        // learned positions, layer norms with biases; one named device
+        {"gpt2.f32", "-ngl 9 --device RPC1", "blocks 0-1: RPC1; output: RPC1"},
+        // a tied output projection copied to the server; split mode none
+        {"llama-tied.f32", "-ngl 99 -sm none -mg 1", "blocks 0-1: RPC1; output: RPC1"},
+        // mixture of experts (MUL_MAT_ID remotely), q/k norms
+        {"qwen3moe.f32", "-ngl 1", "block 0: CPU; block 1: RPC0; output: CPU"},
+        // Llama 3 frequency factors (a CPU weight the remote RoPE reads), Q4_K
+        {"llama3-rope.f32", "-ngl 99 --stepwise", "RPC1; output: RPC1"},
+        {"llama-256.q4_k_m", "-ngl 2", "block 0: RPC0; block 1: RPC1; output: CPU"},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.fixture + " " + c.flags);
+        const size_t n_vocab = test::read_json(test::fixture_path(c.fixture + ".json"))["n_vocab"].get<size_t>();
+        const bool stepwise = c.flags.find("--stepwise") != std::string::npos;
+        const std::vector<float> local = fixture_logits(c.fixture, stepwise ? "--stepwise" : "");
+        std::string err;
+        const std::vector<float> split = fixture_logits(c.fixture, rpc + c.flags, &err);
+        EXPECT_NE(err.find(c.split), std::string::npos) << err;
+        ASSERT_EQ(split.size(), local.size());
+        // The fixtures' bounds (README): F32 weights give the same ggml kernels
+        // wherever a block runs; quantized ones meet toy's packed kernels
+        // locally and ggml's on the server.
+        const bool f32 = c.fixture.find(".f32") != std::string::npos;
+        const test::RowStats s = test::compare_rows(split, local, n_vocab);
+        EXPECT_LE(s.d_max, f32 ? 1e-3 : 2e-2);
+        EXPECT_GE(s.argmax_equal, f32 ? 1.0 : 0.95);
+    }
+}
+
+TEST(Split, AServerThatDiesMidRunIsAOneLineError) {
+    Port p;
+    p.release();
+    Server server(p.port);
+    ASSERT_TRUE(server.started());
+    test::TempDir dir;
+    const std::string err = dir.file("err");
+    // a long generation (bounded by timeout, should the client hang)
+    const std::string cmd = "timeout 120 " + test::shell_quote(TOY_BIN) + " run -m " +
+                            test::fixture_path("llama-256.q8_0.gguf") + " -p hello -n 30000 -c 32768 --ignore-eos -t 1 --rpc 127.0.0.1:" +
+                            std::to_string(p.port) + " 2>" + err;
+    FILE *out = popen(cmd.c_str(), "r");
+    ASSERT_NE(out, nullptr);
+    char buf[4096];
+    size_t got = fread(buf, 1, 64, out);  // generation under way
+    EXPECT_GT(got, 0u);
+    kill(server.pid, SIGKILL);
+    waitpid(server.pid, nullptr, 0);
+    server.pid = -1;
+    while (fread(buf, 1, sizeof buf, out) > 0) {
+    }
+    const int status = pclose(out);
+    ASSERT_TRUE(WIFEXITED(status));
+    test::CommandResult r;
+    r.code = WEXITSTATUS(status);  // 124 would be a hang
+    std::ifstream e(err);
+    r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+    // "toy: split: ..." first, then the error
+    const std::string last = r.err.substr(r.err.find('\n') + 1);
+    test::CommandResult tail{r.code, "", last};
+    expect_one_line_error(tail, "toy: error: ggml: Remote RPC server crashed");
+}
+#endif
 
 }  // namespace

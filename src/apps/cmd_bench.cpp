@@ -149,6 +149,7 @@ std::string human_bytes(double b) {
 
 struct ModelInfo {
     std::string filename, type_label;
+    std::string backends = "CPU";  // and the backends of the devices a split model uses ("CPU,RPC")
     size_t size = 0;
     int64_t n_params = 0;
 };
@@ -156,6 +157,10 @@ struct ModelInfo {
 ModelInfo describe(const Model &m) {
     ModelInfo info;
     info.filename = m.path();
+    for (ggml_backend_dev_t d : m.split().devices) {
+        const std::string reg = ggml_backend_reg_name(ggml_backend_dev_backend_reg(d));
+        if (info.backends.find("," + reg) == std::string::npos) info.backends += "," + reg;
+    }
     std::map<ggml_type, size_t> by_type;
     for (const auto &t : m.file().tensors()) {
         info.n_params += t.n_elements();
@@ -323,7 +328,7 @@ public:
             const std::string fa = show_fa_ ? fmt::format(" {:>2} |", flash_attn_code(r.inst.flash_attn)) : "";
             const std::string ts = fmt::format("{:.2f} ± {:.2f}", mean(r.samples_ts), stddev(r.samples_ts));
             std::printf("| %-28s | %10s | %10s | %7s | %7d |%s%s %13s | %21s |\n", info_.type_label.c_str(),
-                        human_bytes((double)info_.size).c_str(), params.c_str(), "CPU", toy::thread_count(r.inst.n_threads),
+                        human_bytes((double)info_.size).c_str(), params.c_str(), info_.backends.c_str(), toy::thread_count(r.inst.n_threads),
                         kv.c_str(), fa.c_str(), r.name().c_str(), ts.c_str());
         } else {
             nlohmann::ordered_json j = fields(r);
@@ -369,7 +374,7 @@ private:
         const SessionOptions so = session_options(o_, r.inst);
         return {
             {"build", "toy 0.1.0"},
-            {"backends", "CPU"},
+            {"backends", info_.backends},
             {"model_filename", info_.filename},
             {"model_type", info_.type_label},
             {"model_size", info_.size},

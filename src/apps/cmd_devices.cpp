@@ -2,7 +2,7 @@
 // CPU, with the kernel set toy uses on it) and those of the RPC servers given,
 // with their memory, as llama.cpp's --list-devices shows them.
 #include "apps/cli.h"
-#include "graph/packed_matmul.h"
+#include "apps/session_options.h"
 #include "runtime/devices.h"
 
 #include <cstdio>
@@ -16,12 +16,7 @@ struct Options {
 
 int run_devices(const Options &o) {
     if (!o.rpc.empty()) toy::add_rpc_servers(o.rpc);
-    std::printf("Available devices:\n");
-    for (const toy::DeviceInfo &d : toy::devices()) {
-        std::printf("  %s: %s (%zu MiB, %zu MiB free)", d.name.c_str(), d.description.c_str(), d.total >> 20, d.free >> 20);
-        if (d.type == "CPU") std::printf(" [toy kernels: %s]", toy::graph::packed_kernels_name());
-        std::printf("\n");
-    }
+    toy::cli::print_devices();
     return 0;
 }
 

@@ -1,4 +1,4 @@
-// toy rpc-server [--host 127.0.0.1] [--port 50052] [-t N] [--cache DIR]
+// toy rpc-server [--host 127.0.0.1] [--port 50052] [-t N] [--cache DIR] [--mem MB]
 //
 // ggml's RPC server over this machine's CPU backend: a client (ggml's RPC backend, as
 // llama.cpp's tools built with GGML_RPC use it) allocates buffers
@@ -6,6 +6,9 @@
 // llama.cpp's rpc-server are interchangeable. It has no authentication or
 // encryption: anyone who reaches the port can read and write this process's
 // buffers, so the default address is the loopback one.
+//
+// --mem MB: the memory the server reports to clients (they share out blocks
+// by it, and check that theirs fit) instead of the machine's free memory.
 #include "apps/cli.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -13,6 +16,9 @@
 #include <ggml-backend.h>
 #if defined(TOY_HAVE_RPC)
 #include <ggml-rpc.h>
+// ggml's device struct (its function table), for a CPU device that reports
+// --mem: ggml has no public way to say how much a server offers
+#include <ggml-backend-impl.h>
 #endif
 
 #include <netdb.h>
@@ -34,7 +40,36 @@ struct Options {
     int port = 50052;
     int threads = 0;  // 0: all hardware threads
     std::string cache;
+    int64_t mem_mb = 0;  // 0: the machine's memory
 };
+
+#if defined(TOY_HAVE_RPC)
+// The CPU device with its memory reported as --mem MB (free and total, as
+// llama.cpp's rpc-server --mem did). Everything else is the CPU device's:
+// same context, same functions.
+// (The server asks the backend for its device, so the backends it starts
+// name this one.)
+size_t g_mem_bytes = 0;
+ggml_backend_device g_limited;
+ggml_backend_t (*g_cpu_init)(ggml_backend_dev_t, const char *) = nullptr;
+
+void limited_memory(ggml_backend_dev_t, size_t *free, size_t *total) { *free = *total = g_mem_bytes; }
+
+ggml_backend_t limited_init(ggml_backend_dev_t dev, const char *params) {
+    ggml_backend_t b = g_cpu_init(dev, params);
+    if (b) b->device = &g_limited;
+    return b;
+}
+
+ggml_backend_dev_t limited_cpu(ggml_backend_dev_t cpu, int64_t mb) {
+    g_mem_bytes = (size_t)mb << 20;
+    g_limited = *cpu;
+    g_cpu_init = cpu->iface.init_backend;
+    g_limited.iface.get_memory = limited_memory;
+    g_limited.iface.init_backend = limited_init;
+    return &g_limited;
+}
+#endif
 
 bool is_loopback(const std::string &host) {
     return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
@@ -70,8 +105,10 @@ int run_rpc_server(const Options &o) {
     if (o.host.empty()) toy::fail("--host: expected an address, found nothing");
     if (o.port < 1 || o.port > 65535) toy::fail("--port: expected 1..65535, found {}", o.port);
     if (o.threads < 0) toy::fail("-t: expected a thread count >= 0, found {}", o.threads);
+    if (o.mem_mb < 0 || o.mem_mb > (int64_t{1} << 40)) toy::fail("--mem: expected MiB >= 0 (0: the machine's), found {}", o.mem_mb);
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (!cpu) toy::fail("no CPU backend in this build");
+    if (o.mem_mb > 0) cpu = limited_cpu(cpu, o.mem_mb);
     check_listenable(o.host, o.port);
     if (!is_loopback(o.host)) {
         std::fprintf(stderr,
@@ -108,6 +145,8 @@ toy::cli::Command reg("rpc-server",
                           app.add_option("-c,--cache", o->cache,
                                          "directory where large tensors sent by clients are cached by hash, so a "
                                          "reconnecting client need not send them again");
+                          app.add_option("-m,--mem", o->mem_mb,
+                                         "MiB of memory to offer clients (default 0: the machine's free memory)");
                           return [o] { return run_rpc_server(*o); };
                       });
 

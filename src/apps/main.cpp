@@ -1,11 +1,15 @@
 // toy: command-line entry point. Subcommands register themselves (cli.h).
 #include "apps/cli.h"
 #include "core/error.h"
+#include "core/ggml_log.h"
 #include "core/progress.h"
+
+#include <ggml.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,7 +24,31 @@ const std::map<std::string, std::string> kAliases = {
     {"-sys", "--system-prompt"}, {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"}, {"-wd", "--weight-decay"},
     {"-epochs", "--epochs"}, {"-opt", "--optimizer"}, {"-val-split", "--val-split"}, {"-np", "--parallel"},
     {"-no-cnv", "--no-conversation"}, {"-st", "--single-turn"}, {"-md", "--model-draft"},
+    {"-ngl", "--n-gpu-layers"}, {"-sm", "--split-mode"}, {"-ts", "--tensor-split"}, {"-mg", "--main-gpu"},
+    {"-dev", "--device"},
 };
+
+// ggml stops the process where it cannot go on: a failed assertion, or an
+// RPC server that died or closed the connection mid-run. Say it on one line
+// as every other error ("toy: error: ggml: ..."), and exit 1 instead of
+// dumping core. (Temporary files of an interrupted write are removed by the
+// next write to the same target, core/atomic_file.h.)
+void on_ggml_abort(const char *message) {
+    std::string m = message;
+    // "/path/to/ggml-rpc.cpp:354: text" -> "text (ggml-rpc.cpp:354)"
+    const size_t colon = m.find(": ");
+    if (colon != std::string::npos) {
+        std::string where = m.substr(0, colon);
+        where = where.substr(where.find_last_of('/') + 1);
+        m = m.substr(colon + 2) + " (" + where + ")";
+    }
+    std::replace(m.begin(), m.end(), '\n', ' ');
+    while (!m.empty() && m.back() == ' ') m.pop_back();
+    if (const std::string before = toy::take_held_ggml_error(); !before.empty()) m += "; before it: " + before;
+    std::fflush(stdout);
+    std::fprintf(stderr, "toy: error: ggml: %s\n", m.c_str());
+    std::_Exit(1);
+}
 
 size_t edit_distance(const std::string &a, const std::string &b) {
     std::vector<size_t> row(b.size() + 1);
@@ -105,6 +133,7 @@ int main(int argc, char **argv) {
         sub->fallthrough();  // --quiet after the command name
         handlers[sub] = c.setup(*sub);
     }
+    ggml_set_abort_callback(on_ggml_abort);
     try {
         auto args = normalize_args(argc, argv, app);
         app.parse(args);

@@ -1,6 +1,7 @@
 // CLI flags shared by every command that loads a model and evaluates it
 // (-m, --lora, --lora-scaled, -c, -b, -ub, -t, -ctk, -ctv, -fa, --no-mmap,
-// --weight-type, --trace).
+// --weight-type, --trace, and the device split: -ngl, -sm, -ts, -mg, -dev,
+// --rpc, --list-devices).
 #pragma once
 
 #include "model/lora_adapter.h"
@@ -43,8 +44,17 @@ struct ModelFlags {
     std::string flash_attn = "auto";
     bool trace = false;
     LoraFlags lora;
+    // the device split (model/split.h), as llama.cpp spells it
+    int n_gpu_layers = SplitOptions::kAllLayers;
+    std::string split_mode = "layer";
+    std::string tensor_split;
+    int main_gpu = 0;
+    std::string device;
+    std::string rpc;
 
     void add_to(CLI::App &app, bool with_trace = true);
+    // The options for Model::load; adds the --rpc servers first (once), so
+    // that their devices can take blocks.
     LoadOptions load_options() const;
     // Sessions made with these options apply the adapters load() loaded.
     SessionOptions session_options() const;
@@ -77,6 +87,10 @@ struct DraftFlags {
 private:
     mutable std::unique_ptr<Model> model_;
 };
+
+// "Available devices:" and one line per device ggml knows (toy devices,
+// --list-devices).
+void print_devices();
 
 // Prints the session's notes (e.g. flash attention switched on) to stderr.
 void print_notes(const Session &s);

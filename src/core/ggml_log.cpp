@@ -17,16 +17,40 @@ ggml_log_level threshold_from_env() {
     return GGML_LOG_LEVEL_WARN;
 }
 
+std::mutex held_mutex;
+std::string held;  // error text not printed yet
+
+void print_held() {
+    std::lock_guard<std::mutex> lock(held_mutex);
+    std::fputs(held.c_str(), stderr);
+    held.clear();
+}
+
 void log_to_stderr(ggml_log_level level, const char *text, void *user) {
     static ggml_log_level last = GGML_LOG_LEVEL_NONE;
     const auto threshold = *static_cast<const ggml_log_level *>(user);
     // CONT continues the previous message at its level
     const ggml_log_level effective = level == GGML_LOG_LEVEL_CONT ? last : level;
     if (level != GGML_LOG_LEVEL_CONT) last = level;
+    if (effective == GGML_LOG_LEVEL_ERROR) {
+        std::lock_guard<std::mutex> lock(held_mutex);
+        held += text;
+        return;
+    }
+    print_held();
     if (effective == GGML_LOG_LEVEL_NONE || effective >= threshold) std::fputs(text, stderr);
 }
 
 }  // namespace
+
+std::string take_held_ggml_error() {
+    std::lock_guard<std::mutex> lock(held_mutex);
+    std::string s;
+    for (char ch : held) s += ch == '\n' ? ' ' : ch;
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    held.clear();
+    return s;
+}
 
 void route_ggml_logs() {
     static std::once_flag once;
@@ -34,6 +58,7 @@ void route_ggml_logs() {
     std::call_once(once, [] {
         threshold = threshold_from_env();
         ggml_log_set(log_to_stderr, &threshold);
+        std::atexit(print_held);
     });
 }
 

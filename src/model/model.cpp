@@ -5,6 +5,8 @@
 #include "core/progress.h"
 #include "graph/packed_matmul.h"
 
+#include <ggml-alloc.h>
+
 #include <ggml-cpu.h>
 
 #include <algorithm>
@@ -144,6 +146,7 @@ struct Entry {
     ggml_tensor **slot;
     Model::Source src;
     ggml_type type;  // the bound type (the source's, or Q8_0 when requantized)
+    int layer = -1;  // the block it belongs to, -1 for none
 };
 
 // Replaces the entries bound to `parts` (in that order) by one entry whose
@@ -162,7 +165,7 @@ void fuse_rows(std::vector<Entry> &entries, std::initializer_list<ggml_tensor **
         }
         found.push_back(it);
     }
-    Entry fused{name, found[0]->ne, found[0]->role, slot, {}, found[0]->type};
+    Entry fused{name, found[0]->ne, found[0]->role, slot, {}, found[0]->type, found[0]->layer};
     fused.src.type = found[0]->src.type;
     int64_t rows = 0;
     for (auto it : found) {
@@ -204,6 +207,7 @@ static std::vector<uint8_t> convert_source(const Model::Source &src, ggml_type t
 
 Model::~Model() {
     for (auto *b : extra_bufs_) ggml_backend_buffer_free(b);
+    for (auto *b : device_bufs_) ggml_backend_buffer_free(b);
     if (packed_buf_) ggml_backend_buffer_free(packed_buf_);
     if (copy_buf_) ggml_backend_buffer_free(copy_buf_);
     if (mmap_buf_) ggml_backend_buffer_free(mmap_buf_);
@@ -269,7 +273,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
                              (spec.role == TensorRole::Linear || spec.role == TensorRole::Experts) &&
                              (src.type == GGML_TYPE_F32 || src.type == GGML_TYPE_F16) &&
                              spec.ne[0] % ggml_blck_size(GGML_TYPE_Q8_0) == 0;
-        Entry e{spec.name, spec.ne, spec.role, spec.slot, std::move(src), requant ? GGML_TYPE_Q8_0 : GGML_TYPE_COUNT};
+        Entry e{spec.name,      spec.ne, spec.role, spec.slot, std::move(src), requant ? GGML_TYPE_Q8_0 : GGML_TYPE_COUNT,
+                spec.layer};
         if (!requant) e.type = e.src.type;
         std::array<int64_t, 4> ne4{1, 1, 1, 1};
         std::copy(e.ne.begin(), e.ne.end(), ne4.begin());
@@ -286,65 +291,76 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
     }
 
-    // 3. Choose where each tensor lives: the first extra buffer type whose
-    // kernel takes the matrix, else in place in the mapping, else a copy.
+    // 3. Choose where each tensor lives: a block's on its device when the
+    // model is split (model/split.h); on the CPU, the first extra buffer type
+    // whose kernel takes the matrix, else in place in the mapping, else a copy.
+    m->split_ = plan_split(opts.split, c.n_layer);
+    Weights &w = m->w_;
+    auto device_of = [&](const Entry &e) -> ggml_backend_dev_t {
+        if (e.layer >= 0) return m->split_.layer[(size_t)e.layer];
+        const bool head = e.slot == &w.output || e.slot == &w.output_norm || e.slot == &w.output_norm_b;
+        return head ? m->split_.output : nullptr;  // the embedding, positions and rope factors stay on the CPU
+    };
     const std::vector<ggml_backend_buffer_type_t> extra_bufts =
         opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
     const bool huge_pages = want_huge_pages(opts.huge_pages);
     // toy's own packed layout, where its kernel takes the matrix.
     auto packed_for = [&](const Entry &e) {
-        return opts.repack && e.role == TensorRole::Linear &&
+        return opts.repack && e.role == TensorRole::Linear && !device_of(e) &&
                graph::packed_matmul_supports(e.type, e.ne.data(), (int)e.ne.size());
     };
     // An extra buffer type goes first (AMX is faster than toy's kernel),
     // except ggml's generic CPU repack, whose x86 kernels for the types toy
     // packs (Q4_K) are 256-bit: toy's 512-bit kernel takes those.
     auto extra_for = [&](const Entry &e) -> ggml_backend_buffer_type_t {
-        if (e.role != TensorRole::Linear && e.role != TensorRole::Experts) return nullptr;
+        if ((e.role != TensorRole::Linear && e.role != TensorRole::Experts) || device_of(e)) return nullptr;
         for (auto *b : extra_bufts) {
             if (std::strcmp(ggml_backend_buft_name(b), "CPU_REPACK") == 0 && packed_for(e)) continue;
             if (buft_supports_matmul(b, e.type, e.ne.data(), (int)e.ne.size())) return b;
         }
         return nullptr;
     };
-    Weights &w = m->w_;
     const bool tied = std::none_of(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.output; });
     if (tied) {
         // A tied output projection reads the whole embedding every token,
         // while the lookup reads one row. When an extra buffer type has a
-        // faster kernel for it, the projection gets its own converted copy and
-        // the embedding stays mapped for the lookup (costs one more copy of
-        // the embedding). Otherwise both use the one tensor.
+        // faster kernel for it, or the head runs on another device, the
+        // projection gets its own copy and the embedding stays mapped for the
+        // lookup (costs one more copy of the embedding). Otherwise both use
+        // the one tensor.
         auto embd = std::find_if(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.tok_embd; });
         if (embd != entries.end()) {
             Entry out{"output.weight", embd->ne, TensorRole::Linear, &w.output, embd->src, embd->type};
-            if (extra_for(out) || packed_for(out)) entries.push_back(std::move(out));
+            if (extra_for(out) || packed_for(out) || device_of(out)) entries.push_back(std::move(out));
         }
     }
     struct Plan {
         ggml_tensor *t;
         const Entry *e;
         bool zero_copy;
-        ggml_backend_buffer_type_t extra;  // a CPU extra (AMX, repack) buffer type, or null
-        bool packed;                       // in toy's packed layout
+        // a buffer type of its own: a CPU extra one (AMX, repack), or an
+        // offload device's; null for the mapping and plain copies
+        ggml_backend_buffer_type_t buft;
+        bool packed;  // in toy's packed layout
     };
     std::vector<Plan> plans;
     for (const Entry &e : entries) {
         ggml_tensor *t = ggml_new_tensor(m->ctx_, e.type, (int)e.ne.size(), e.ne.data());
         ggml_set_name(t, e.name.c_str());
         *e.slot = t;
-        ggml_backend_buffer_type_t extra = extra_for(e);
-        const bool packed = !extra && packed_for(e);
-        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !extra && !packed && e.src.parts.size() == 1;
-        plans.push_back({t, &e, zero_copy, extra, packed});
+        ggml_backend_dev_t dev = device_of(e);
+        ggml_backend_buffer_type_t buft = dev ? ggml_backend_dev_buffer_type(dev) : extra_for(e);
+        const bool packed = !buft && packed_for(e);
+        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !buft && !packed && e.src.parts.size() == 1;
+        plans.push_back({t, &e, zero_copy, buft, packed});
         if (packed) w.packed.insert(t);
     }
     w.tied_output = tied;
     if (!w.output) w.output = w.tok_embd;
 
-    // 4. Bind: mapped tensors in place, then one buffer per extra buffer type
-    // (binding selects the layout, setting the bytes converts them), then one
-    // plain buffer for the remaining copies.
+    // 4. Bind: mapped tensors in place, then one buffer per buffer type of
+    // its own (binding selects the layout, setting the bytes converts them),
+    // then one plain buffer for the remaining copies.
     bool any_mapped = false;
     for (const Plan &p : plans) any_mapped |= p.zero_copy;
     if (any_mapped) {
@@ -358,26 +374,39 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             }
         }
     }
-    for (auto *buft : extra_bufts) {
-        const size_t align = ggml_backend_buft_get_alignment(buft);
+    std::vector<ggml_backend_buffer_type_t> own_bufts;
+    for (const Plan &p : plans) {
+        if (p.buft && std::find(own_bufts.begin(), own_bufts.end(), p.buft) == own_bufts.end()) own_bufts.push_back(p.buft);
+    }
+    auto buft_bytes = [&](ggml_backend_buffer_type_t buft) {
         size_t size = 0;
         for (const Plan &p : plans) {
-            if (p.extra == buft) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, p.t), align);
+            if (p.buft == buft) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, p.t), ggml_backend_buft_get_alignment(buft));
         }
-        if (size == 0) continue;
-        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
-        if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), size, ggml_backend_buft_name(buft));
+        return size;
+    };
+    // an offload device must hold its blocks: say so before copying anything
+    for (ggml_backend_dev_t dev : m->split_.devices) {
+        const size_t need = buft_bytes(ggml_backend_dev_buffer_type(dev));
+        size_t free = 0, total = 0;
+        ggml_backend_dev_memory(dev, &free, &total);
+        if (need > free) {
+            fail("{}: the weights split to {} need {:.1f} MiB, it has {:.1f} MiB free (lower -ngl, or shift --tensor-split)",
+                 f.path(), ggml_backend_dev_name(dev), need / 1048576.0, free / 1048576.0);
+        }
+    }
+    for (auto *buft : own_bufts) {
+        const bool device = std::find(extra_bufts.begin(), extra_bufts.end(), buft) == extra_bufts.end();
+        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, buft_bytes(buft));
+        if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), buft_bytes(buft), ggml_backend_buft_name(buft));
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        if (huge_pages) advise_huge_pages(buf);
-        m->extra_bufs_.push_back(buf);
-        auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(buf));
-        size_t at = 0;
+        if (huge_pages && !device) advise_huge_pages(buf);
+        (device ? m->device_bufs_ : m->extra_bufs_).push_back(buf);
+        ggml_tallocr alloc = ggml_tallocr_new(buf);
         for (const Plan &p : plans) {
-            if (p.extra != buft) continue;
-            if (ggml_backend_tensor_alloc(buf, p.t, base + at) != GGML_STATUS_SUCCESS) {
+            if (p.buft == buft && ggml_tallocr_alloc(&alloc, p.t) != GGML_STATUS_SUCCESS) {
                 fail("{}: could not bind tensor '{}' in a {} buffer", f.path(), p.e->name, ggml_backend_buft_name(buft));
             }
-            at += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, p.t), align);
         }
     }
     size_t packed_size = 0;
@@ -486,7 +515,9 @@ size_t Model::weight_bytes() const {
 }
 
 size_t Model::copied_bytes() const {
-    return (copy_buf_ ? ggml_backend_buffer_get_size(copy_buf_) : 0) + repacked_bytes();
+    size_t n = copy_buf_ ? ggml_backend_buffer_get_size(copy_buf_) : 0;
+    for (auto *b : device_bufs_) n += ggml_backend_buffer_get_size(b);
+    return n + repacked_bytes();
 }
 
 std::vector<std::pair<std::string, size_t>> Model::placement() const {
@@ -499,6 +530,7 @@ std::vector<std::pair<std::string, size_t>> Model::placement() const {
         out.emplace_back(ggml_backend_buffer_name(mmap_buf_), n);
     }
     for (auto *b : extra_bufs_) out.emplace_back(ggml_backend_buffer_name(b), ggml_backend_buffer_get_size(b));
+    for (auto *b : device_bufs_) out.emplace_back(ggml_backend_buffer_name(b), ggml_backend_buffer_get_size(b));
     if (packed_buf_) out.emplace_back("TOY_PACKED", ggml_backend_buffer_get_size(packed_buf_));
     if (copy_buf_) out.emplace_back(ggml_backend_buffer_name(copy_buf_), ggml_backend_buffer_get_size(copy_buf_));
     return out;

@@ -10,6 +10,7 @@
 
 #include "gguf/gguf_reader.h"
 #include "model/config.h"
+#include "model/split.h"
 #include "model/weights.h"
 
 #include <ggml-backend.h>
@@ -46,6 +47,9 @@ struct LoadOptions {
     // memory back to its host: there, fresh 2 MiB pages come from memory the
     // host must fault in again and loading took 0.7-1.7 s longer.
     HugePages huge_pages = HugePages::Auto;
+    // Blocks on other devices (GPUs, RPC servers): copied into their memory,
+    // never repacked. The default keeps everything on the CPU.
+    SplitOptions split;
 };
 
 // Whether `mode` asks for huge pages on this machine.
@@ -82,10 +86,13 @@ public:
     size_t repacked_bytes() const;    // of which stored in AMX / repack / toy's packed layouts
     // Bytes of weights per buffer, by ggml's buffer name ("CPU_Mapped" for
     // tensors used in place in the file mapping, "AMX", "CPU_REPACK",
-    // "TOY_PACKED" (graph/packed_matmul.h), "CPU"
-    // for plain copies); a tied output projection's own copy counts too.
+    // "TOY_PACKED" (graph/packed_matmul.h), "CPU" for plain copies, an
+    // offload device's name such as "RPC0[host:port]"); a tied output
+    // projection's own copy counts too.
     std::vector<std::pair<std::string, size_t>> placement() const;
     bool per_head_checkpoint() const { return per_head_; }
+    // Which device holds each block and the output head (LoadOptions::split).
+    const LayerSplit &split() const { return split_; }
 
     // Where a copied tensor's bytes come from: pieces of the mapping (one, or
     // one per head for per-head checkpoints) and their type.
@@ -105,8 +112,10 @@ private:
     ggml_backend_buffer_t mmap_buf_ = nullptr;      // wraps the file mapping
     ggml_backend_buffer_t copy_buf_ = nullptr;      // copied / transformed tensors
     std::vector<ggml_backend_buffer_t> extra_bufs_; // matrices in the CPU's AMX / repack layouts
+    std::vector<ggml_backend_buffer_t> device_bufs_; // blocks split to other devices, one buffer each
     ggml_backend_buffer_t packed_buf_ = nullptr;    // matrices in toy's packed layout (Weights::packed)
     bool per_head_ = false;
+    LayerSplit split_;
     // every weight of the file by name: where its bytes are and what it is
     // bound as; read_weight() converts from here (backend layouts such as the
     // repacked ones cannot be read back, fused ones have no tensor of their own)

@@ -13,7 +13,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 
 namespace toy {
@@ -91,11 +93,18 @@ void add_rpc_servers(const std::string &list) {
         if (comma == std::string::npos) break;
         start = comma + 1;
     }
+    // each server once per process (ggml would list a server added twice twice)
+    static auto *added = new std::vector<std::string>;
+    std::erase_if(endpoints, [](const std::string &e) { return std::find(added->begin(), added->end(), e) != added->end(); });
     for (const std::string &e : endpoints) {
         const auto [host, port] = split_endpoint(e);
         if (std::string why = try_connect(host, port, 3000); !why.empty()) fail("RPC server {}: {}", e, why);
     }
 #if defined(TOY_HAVE_RPC)
+    // ggml's RPC client writes to its sockets with plain send(): a server that
+    // died would end this process with SIGPIPE, silently. Ignored, the write
+    // fails and ggml stops with a message (one line from the CLI, main.cpp).
+    if (!endpoints.empty()) std::signal(SIGPIPE, SIG_IGN);
     for (const std::string &e : endpoints) {
         ggml_backend_reg_t reg = ggml_backend_rpc_add_server(e.c_str());
         if (!reg) fail("RPC server {}: ggml could not add it (a different protocol version?)", e);
@@ -104,6 +113,7 @@ void add_rpc_servers(const std::string &list) {
         // destroyed before the leak checker looks: keep them reachable
         static auto *servers = new std::vector<ggml_backend_reg_t>;
         servers->push_back(reg);
+        added->push_back(e);
     }
 #else
     fail("this toy was built without ggml's RPC backend (configure with -DTOY_RPC=ON)");

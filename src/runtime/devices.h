@@ -1,7 +1,7 @@
 // The compute devices ggml knows in this process: the CPU, and the devices of
 // ggml RPC servers added with add_rpc_servers (`--rpc host:port,...`, as
-// llama.cpp names it). Listing them is `toy devices`; running layers on them
-// is not done yet (README "Backends").
+// llama.cpp names it). Listing them is `toy devices` (or --list-devices);
+// model/split.h puts blocks on them.
 #pragma once
 
 #include <cstddef>
@@ -11,8 +11,8 @@
 namespace toy {
 
 struct DeviceInfo {
-    std::string name;         // ggml's device name: "CPU", "RPC0[127.0.0.1:50052]", ...
-    std::string description;  // the CPU's model, a GPU's name
+    std::string name;         // ggml's device name: "CPU", "RPC0", "CUDA0", ...
+    std::string description;  // the CPU's model, a GPU's name, an RPC server's host:port
     std::string type;         // "CPU", "GPU", "RPC" (a remote device of any kind)
     size_t free = 0, total = 0;  // bytes of memory the device reports
 };
@@ -20,7 +20,7 @@ struct DeviceInfo {
 // "host:port[,host:port...]": checks that each server accepts a connection
 // (3 s at most each) and makes its devices known to ggml. Throws toy::Error
 // naming the first server that is malformed or cannot be reached, before
-// ggml talks to any of them.
+// ggml talks to any of them. A server added before is skipped.
 void add_rpc_servers(const std::string &list);
 
 // Every device ggml knows now, in its order.

@@ -7,7 +7,7 @@
 
 namespace toy {
 
-Engine::Engine(int n_threads) {
+Engine::Engine(int n_threads, std::span<const ggml_backend_dev_t> devices) {
     n_threads_ = thread_count(n_threads);
     backend_ = ggml_backend_cpu_init();
     if (!backend_) fail("could not start the CPU backend");
@@ -19,18 +19,42 @@ Engine::Engine(int n_threads) {
         fail("could not start a pool of {} threads", n_threads_);
     }
     ggml_backend_cpu_set_threadpool(backend_, threadpool_);
+    for (ggml_backend_dev_t d : devices) {
+        ggml_backend_t b = ggml_backend_dev_init(d, nullptr);
+        if (!b) {
+            const std::string name = ggml_backend_dev_name(d);
+            release();
+            fail("could not start a backend on {}", name);
+        }
+        offload_.push_back(b);
+    }
 }
 
-Engine::~Engine() {
+Engine::~Engine() { release(); }
+
+void Engine::release() {
+    for (ggml_backend_t b : offload_) ggml_backend_free(b);
+    offload_.clear();
     ggml_backend_free(backend_);
+    backend_ = nullptr;
     ggml_threadpool_free(threadpool_);
+    threadpool_ = nullptr;
 }
 
 ggml_backend_sched_t Engine::make_scheduler(size_t graph_size) const {
-    ggml_backend_t b = backend_;
-    ggml_backend_sched_t s = ggml_backend_sched_new(&b, nullptr, 1, graph_size, false, true);
+    std::vector<ggml_backend_t> all = offload_;
+    all.push_back(backend_);  // ggml's scheduler takes the last backend for the CPU
+    ggml_backend_sched_t s = ggml_backend_sched_new(all.data(), nullptr, (int)all.size(), graph_size, false, true);
     if (!s) fail("could not create a graph scheduler");
     return s;
+}
+
+void Engine::pin_custom_ops(ggml_backend_sched_t sched, ggml_cgraph *gf) const {
+    if (offload_.empty()) return;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor *t = ggml_graph_node(gf, i);
+        if (t->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched, t, backend_);
+    }
 }
 
 }  // namespace toy

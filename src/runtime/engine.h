@@ -2,34 +2,48 @@
 // backend and one persistent thread pool — so that inference sessions and the
 // trainer never start threads per graph or fight over cores with a pool each.
 // Graphs are scheduled with ggml's scheduler (make_scheduler), which also
-// carries the trace callback.
+// carries the trace callback. A model split across devices (model/split.h)
+// adds a backend per offload device; the scheduler runs each op where its
+// weights are and moves activations between them.
 #pragma once
 
 #include <ggml-backend.h>
 #include <ggml-cpu.h>
 
 #include <cstddef>
+#include <span>
+#include <vector>
 
 namespace toy {
 
 class Engine {
 public:
-    // n_threads 0: all hardware threads.
-    explicit Engine(int n_threads = 0);
+    // n_threads 0: all hardware threads. `devices`: offload devices (a split
+    // model's LayerSplit::devices) to start a backend on each.
+    explicit Engine(int n_threads = 0, std::span<const ggml_backend_dev_t> devices = {});
     ~Engine();
     Engine(const Engine &) = delete;
     Engine &operator=(const Engine &) = delete;
 
+    // The CPU backend and its buffer type (graph inputs live there).
     ggml_backend_t backend() const { return backend_; }
     ggml_backend_buffer_type_t buffer_type() const { return ggml_backend_get_default_buffer_type(backend_); }
+    bool offloads() const { return !offload_.empty(); }
     int n_threads() const { return n_threads_; }
 
-    // A scheduler over this engine's backend for graphs of up to graph_size nodes.
+    // A scheduler over this engine's backends (offload devices first, the CPU
+    // last) for graphs of up to graph_size nodes.
     ggml_backend_sched_t make_scheduler(size_t graph_size) const;
+    // Pins the graph's custom ops (toy's CPU kernels) to the CPU: a remote or
+    // GPU backend cannot run a host function. Call before allocating it.
+    void pin_custom_ops(ggml_backend_sched_t sched, ggml_cgraph *gf) const;
 
 private:
+    void release();  // frees the backends and the pool (the destructor, or a failed constructor)
+
     ggml_backend_t backend_ = nullptr;
     ggml_threadpool_t threadpool_ = nullptr;
+    std::vector<ggml_backend_t> offload_;
     int n_threads_ = 0;
 };
 

@@ -34,7 +34,8 @@ std::string kv_cache_type_names() {
     return s;
 }
 
-KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans)
+KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans,
+                 std::span<const ggml_backend_dev_t> layer_devices)
     : cells_((size_t)n_ctx), type_k_(type_k), type_v_(type_v) {
     check_cache_type(type_k, "-ctk");
     check_cache_type(type_v, "-ctv");
@@ -42,39 +43,59 @@ KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type
         fail("-ctk {}: K rows of {} values are not a multiple of its block size {}", ggml_type_name(type_k), c.n_embd_k_gqa(),
              ggml_blck_size(type_k));
     }
-    // one K and one V tensor per layer, in one zeroed buffer (masked cells are
-    // multiplied by zero weights; they must not hold NaNs)
-    ggml_init_params ip{(size_t)(2 * c.n_layer + 2) * ggml_tensor_overhead(), nullptr, true};
-    ctx_ = ggml_init(ip);
+    // one K and one V tensor per layer, in one zeroed buffer per device
+    // (masked cells are multiplied by zero weights; they must not hold NaNs)
+    auto device_of = [&](int il) { return (size_t)il < layer_devices.size() ? layer_devices[(size_t)il] : nullptr; };
+    std::vector<ggml_backend_dev_t> devices;
+    for (int il = 0; il < c.n_layer; ++il) {
+        if (std::find(devices.begin(), devices.end(), device_of(il)) == devices.end()) devices.push_back(device_of(il));
+    }
+    for (size_t d = 0; d < devices.size(); ++d) {
+        ggml_init_params ip{(size_t)(2 * c.n_layer + 2) * ggml_tensor_overhead(), nullptr, true};
+        ctxs_.push_back(ggml_init(ip));
+    }
     kv_.kv_size = n_ctx;
     kv_.v_trans = v_trans;
     for (int il = 0; il < c.n_layer; ++il) {
-        ggml_tensor *k = ggml_new_tensor_2d(ctx_, type_k, c.n_embd_k_gqa(), n_ctx);
-        ggml_tensor *v = v_trans ? ggml_new_tensor_2d(ctx_, type_v, n_ctx, c.n_embd_v_gqa())
-                                 : ggml_new_tensor_2d(ctx_, type_v, c.n_embd_v_gqa(), n_ctx);
+        ggml_context *ctx = ctxs_[(size_t)(std::find(devices.begin(), devices.end(), device_of(il)) - devices.begin())];
+        ggml_tensor *k = ggml_new_tensor_2d(ctx, type_k, c.n_embd_k_gqa(), n_ctx);
+        ggml_tensor *v = v_trans ? ggml_new_tensor_2d(ctx, type_v, n_ctx, c.n_embd_v_gqa())
+                                 : ggml_new_tensor_2d(ctx, type_v, c.n_embd_v_gqa(), n_ctx);
         ggml_format_name(k, "cache_k_l%d", il);
         ggml_format_name(v, "cache_v_l%d", il);
         kv_.k.push_back(k);
         kv_.v.push_back(v);
     }
-    buf_ = ggml_backend_alloc_ctx_tensors(ctx_, engine.backend());
-    if (!buf_) {
-        ggml_free(ctx_);
-        fail("could not allocate the KV cache ({} cells)", n_ctx);
+    for (size_t d = 0; d < devices.size(); ++d) {
+        ggml_backend_buffer_type_t buft = devices[d] ? ggml_backend_dev_buffer_type(devices[d]) : engine.buffer_type();
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctxs_[d], buft);
+        if (!buf) {
+            release();
+            fail("could not allocate the KV cache ({} cells) on {}", n_ctx, devices[d] ? ggml_backend_dev_name(devices[d]) : "the CPU");
+        }
+        ggml_backend_buffer_clear(buf, 0);
+        bufs_.push_back(buf);
     }
-    ggml_backend_buffer_clear(buf_, 0);
 }
 
-KvCache::~KvCache() {
-    if (buf_) ggml_backend_buffer_free(buf_);
-    if (ctx_) ggml_free(ctx_);
+KvCache::~KvCache() { release(); }
+
+void KvCache::release() {
+    for (auto *b : bufs_) ggml_backend_buffer_free(b);
+    for (auto *c : ctxs_) ggml_free(c);
+    bufs_.clear();
+    ctxs_.clear();
 }
 
 int64_t KvCache::n_used() const {
     return std::count_if(cells_.begin(), cells_.end(), [](const Cell &c) { return c.pos >= 0; });
 }
 
-size_t KvCache::bytes() const { return ggml_backend_buffer_get_size(buf_); }
+size_t KvCache::bytes() const {
+    size_t n = 0;
+    for (auto *b : bufs_) n += ggml_backend_buffer_get_size(b);
+    return n;
+}
 
 std::vector<int64_t> KvCache::find_slot(const Batch &b) const {
     std::vector<int64_t> out;

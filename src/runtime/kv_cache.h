@@ -10,6 +10,7 @@
 #include "runtime/batch.h"
 #include "runtime/engine.h"
 
+#include <ggml-backend.h>
 #include <ggml.h>
 
 #include <cstdint>
@@ -29,7 +30,10 @@ public:
     static constexpr int kMaxSeqs = 64;
 
     // Throws toy::Error for an unsupported cache type or a failed allocation.
-    KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans);
+    // `layer_devices`: where each layer's K and V live (a split model's
+    // LayerSplit::layer; nullptr or empty: the engine's CPU).
+    KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans,
+            std::span<const ggml_backend_dev_t> layer_devices = {});
     ~KvCache();
     KvCache(const KvCache &) = delete;
     KvCache &operator=(const KvCache &) = delete;
@@ -72,6 +76,7 @@ public:
     void fill_mask(ggml_tensor *mask, const Batch &b, int64_t n_swa) const;
 
 private:
+    void release();
     int64_t n_active(uint64_t seqs) const;  // one past the highest cell a sequence of the set sees
 
     struct Cell {
@@ -80,8 +85,8 @@ private:
     };
     std::vector<Cell> cells_;
     ggml_type type_k_, type_v_;
-    ggml_context *ctx_ = nullptr;
-    ggml_backend_buffer_t buf_ = nullptr;
+    std::vector<ggml_context *> ctxs_;         // one per device
+    std::vector<ggml_backend_buffer_t> bufs_;  // one per device
     graph::KvBinding kv_;
 };
 

@@ -16,6 +16,7 @@ std::vector<float> eval_sequence(const Model &model, std::span<const int32_t> to
     const Config &c = model.config();
     const int64_t T = (int64_t)tokens.size();
     check_tokens(model, tokens, 0);
+    if (model.split().offloads()) fail("eval_sequence runs on the CPU only; this model is split across devices (use a Session)");
     const size_t graph_size = graph::forward_graph_size(c, adapters);
     ggml_init_params ip{ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false), nullptr,
                         true};

@@ -38,9 +38,10 @@ Session::Session(const Model &model, const SessionOptions &opts) : model_(model)
         flash_attn_ = false;
     }
 
-    engine_ = std::make_unique<Engine>(opts.n_threads);
+    const LayerSplit &split = model.split();
+    engine_ = std::make_unique<Engine>(opts.n_threads, split.devices);
 
-    kv_ = std::make_unique<KvCache>(*engine_, c, n_ctx_, opts.type_k, opts.type_v, !flash_attn_);
+    kv_ = std::make_unique<KvCache>(*engine_, c, n_ctx_, opts.type_k, opts.type_v, !flash_attn_, split.layer);
 
     graph_size_ = graph::forward_graph_size(c, opts_.adapters);
     sched_ = engine_->make_scheduler(graph_size_);
@@ -121,6 +122,7 @@ void Session::build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs) {
     p.adapters = opts_.adapters;
     g_ = graph::build_forward(graph_ctx_, gf_, model_, p);
     inputs_.place(engine_->buffer_type(), g_.inputs());
+    engine_->pin_custom_ops(sched_, gf_);
     if (!ggml_backend_sched_alloc_graph(sched_, gf_)) fail("could not allocate the compute graph ({} tokens)", n_tokens);
     shape_ = {n_tokens, n_kv, n_outputs};
     ++graphs_built_;
