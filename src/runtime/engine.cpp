@@ -49,11 +49,23 @@ ggml_backend_sched_t Engine::make_scheduler(size_t graph_size) const {
     return s;
 }
 
-void Engine::pin_custom_ops(ggml_backend_sched_t sched, ggml_cgraph *gf) const {
+void Engine::place_ops(ggml_backend_sched_t sched, ggml_cgraph *gf) const {
     if (offload_.empty()) return;
+    // the backend of the offload device whose memory holds w, or null
+    auto backend_of = [&](const ggml_tensor *w) -> ggml_backend_t {
+        if (!w->buffer || ggml_backend_buffer_get_usage(w->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return nullptr;
+        ggml_backend_dev_t dev = ggml_backend_buft_get_device(ggml_backend_buffer_get_type(w->buffer));
+        for (ggml_backend_t b : offload_)
+            if (ggml_backend_get_device(b) == dev) return b;
+        return nullptr;
+    };
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor *t = ggml_graph_node(gf, i);
         if (t->op == GGML_OP_CUSTOM) ggml_backend_sched_set_tensor_backend(sched, t, backend_);
+        if (t->op != GGML_OP_MUL || !t->src[0] || !t->src[1]) continue;
+        ggml_tensor *norm = t->src[0];
+        if (norm->op != GGML_OP_RMS_NORM && norm->op != GGML_OP_NORM) continue;
+        if (ggml_backend_t b = backend_of(t->src[1])) ggml_backend_sched_set_tensor_backend(sched, norm, b);
     }
 }
 

@@ -34,9 +34,13 @@ public:
     // A scheduler over this engine's backends (offload devices first, the CPU
     // last) for graphs of up to graph_size nodes.
     ggml_backend_sched_t make_scheduler(size_t graph_size) const;
-    // Pins the graph's custom ops (toy's CPU kernels) to the CPU: a remote or
-    // GPU backend cannot run a host function. Call before allocating it.
-    void pin_custom_ops(ggml_backend_sched_t sched, ggml_cgraph *gf) const;
+    // Places what ggml's scheduler would place badly, before the graph is
+    // allocated: toy's custom ops (host functions a remote or GPU backend
+    // cannot run) on the CPU; and a norm whose result is scaled by an
+    // offloaded weight on that weight's device, with it — left alone, the
+    // scheduler runs a block's first norm on the previous block's device and
+    // sends both its result and the residual across.
+    void place_ops(ggml_backend_sched_t sched, ggml_cgraph *gf) const;
 
 private:
     void release();  // frees the backends and the pool (the destructor, or a failed constructor)

@@ -122,7 +122,7 @@ void Session::build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs) {
     p.adapters = opts_.adapters;
     g_ = graph::build_forward(graph_ctx_, gf_, model_, p);
     inputs_.place(engine_->buffer_type(), g_.inputs());
-    engine_->pin_custom_ops(sched_, gf_);
+    engine_->place_ops(sched_, gf_);
     if (!ggml_backend_sched_alloc_graph(sched_, gf_)) fail("could not allocate the compute graph ({} tokens)", n_tokens);
     shape_ = {n_tokens, n_kv, n_outputs};
     ++graphs_built_;
