@@ -43,16 +43,18 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-start_server() {  # threads
+# start_server THREADS: a server in the background (killed on exit), its
+# address in $server (not through $(...), whose subshell would lose the pid)
+start_server() {
     local port; port=$(free_port)
     "$toy" rpc-server -t "$1" --port "$port" >"$RESULTS_DIR/server-$port.log" 2>&1 &
     pids+=($!)
     for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
-    echo "127.0.0.1:$port"
+    server="127.0.0.1:$port"
 }
-s0=$(start_server "$THREADS")
-s1=$(start_server "$SERVER_THREADS")
-s2=$(start_server "$SERVER_THREADS")
+start_server "$THREADS"; s0=$server
+start_server "$SERVER_THREADS"; s1=$server
+start_server "$SERVER_THREADS"; s2=$server
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "CPU: $cpu; client and one-server runs $THREADS threads, rpc-two's servers $SERVER_THREADS each; loopback; pp$PP, tg$TG, $REPS repetitions"

@@ -363,6 +363,49 @@ TEST(Split, AServerThatDiesMidRunIsAOneLineError) {
     test::CommandResult tail{r.code, "", last};
     expect_one_line_error(tail, "toy: error: ggml: Remote RPC server crashed");
 }
+
+// The columns loss and grad_norm of a toy train --log CSV, row by row.
+std::vector<std::string> loss_columns(const std::string &csv) {
+    std::ifstream in(csv);
+    std::vector<std::string> rows;
+    std::string line;
+    std::getline(in, line);  // header: step,epoch,loss,val_loss,lr,grad_norm,...
+    while (std::getline(in, line)) {
+        std::vector<std::string> f;
+        size_t start = 0;
+        for (size_t comma; (comma = line.find(',', start)) != std::string::npos; start = comma + 1) f.push_back(line.substr(start, comma - start));
+        rows.push_back(f.at(2) + " " + f.at(3) + " " + f.at(5));
+    }
+    return rows;
+}
+
+TEST(Split, LoraTrainingOnASplitBaseFollowsTheLocalRun) {
+    Port p;
+    p.release();
+    Server server(p.port);
+    ASSERT_TRUE(server.started());
+    test::TempDir dir;
+    const std::string text = dir.file("stories.txt");
+    {
+        std::ofstream out(text);
+        for (int i = 0; i < 12; ++i) out << "Once upon a time there was a little girl named Lily. She liked to play outside. ";
+    }
+    const std::string base = "train -m " + test::fixture_path("../models/stories260K.gguf") + " -f " + text +
+                             " --lora-rank 2 --lora-targets all --steps 3 -c 32 -t 2 --val-split 0.2 -q ";
+    const test::CommandResult local = run_toy(base + "-o " + dir.file("a.gguf") + " --log " + dir.file("a.csv"));
+    ASSERT_EQ(local.code, 0) << local.err;
+    // the frozen base on the server (the head stays on the CPU, where the loss is computed)
+    const std::string rpc = "--rpc 127.0.0.1:" + std::to_string(p.port);
+    const test::CommandResult split = run_toy(base + rpc + " -ngl 99 -o " + dir.file("b.gguf") + " --log " + dir.file("b.csv"));
+    ASSERT_EQ(split.code, 0) << split.err;
+    const std::vector<std::string> a = loss_columns(dir.file("a.csv")), b = loss_columns(dir.file("b.csv"));
+    ASSERT_EQ(a.size(), 3u);
+    EXPECT_EQ(a, b);  // the same ggml CPU kernels on both sides: the same losses and gradient norms, as printed
+    // a full fine-tune trains on the CPU: asking it to split is an error
+    expect_one_line_error(run_toy("train -m " + test::fixture_path("../models/stories260K.gguf") + " -f " + text +
+                                  " --steps 1 -c 32 -o " + dir.file("c.gguf") + " " + rpc + " -ngl 2"),
+                          "only a LoRA run (--lora-rank) splits its model");
+}
 #endif
 
 }  // namespace

@@ -6,6 +6,7 @@
 //   toy train --resume ckpt/          (continue where a stopped run left off)
 #include "apps/cli.h"
 #include "apps/init_flags.h"
+#include "apps/session_options.h"
 #include "core/error.h"
 #include "train/bench.h"
 #include "train/run.h"
@@ -33,6 +34,7 @@ struct TrainFlags {
     float lr_min = 0.0f;
     bool trace = false, quiet = false;
     int64_t bench_steps = 0;
+    SplitFlags split{0};  // -ngl 0 unless asked: only LoRA's frozen base may go to a device
     std::vector<CLI::Option *> run_flags;  // flags that a resumed run takes from its checkpoint
 };
 
@@ -122,7 +124,11 @@ int run_train(TrainFlags &f) {
                                        (long long)r.n_params, s.model.c_str());
         }
     }
-    if (f.bench_steps > 0) return run_bench(f);
+    f.io.split = f.split.options();
+    if (f.bench_steps > 0) {
+        if (asks_offload(f.io.split)) fail("--bench: measures training on the CPU (no -ngl)");
+        return run_bench(f);
+    }
     if (f.io.output.empty() && f.io.resume.empty()) fail("-o: an output file is required");
     if (f.io.per_head_layout && s.mode == train::Mode::Lora) fail("--per-head-layout: a LoRA run writes an adapter, not a model");
     f.io.progress = f.quiet ? nullptr : stderr;
@@ -188,6 +194,7 @@ Command reg("train", "Train a model: full fine-tune, LoRA, or from scratch (Adam
                  "one block instead of all, for about one more forward pass of compute");
     app.add_flag("--trace", f->trace, "per-block activation statistics of every training graph (stderr)");
     app.add_flag("-q,--quiet", f->quiet, "no progress lines");
+    f->split.add_to(app);
     app.add_option("--bench", f->bench_steps,
                    "measure N optimizer steps (after one untimed): tokens/s, share of the F32 matmul peak, memory; "
                    "-f optional (random tokens), writes nothing");

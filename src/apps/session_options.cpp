@@ -45,36 +45,37 @@ std::vector<std::string> split_list(const std::string &s, const char *seps) {
     return out;
 }
 
-SplitOptions parse_split(const ModelFlags &f) {
+}  // namespace
+
+SplitOptions SplitFlags::options() const {
     SplitOptions o;
-    o.n_gpu_layers = f.n_gpu_layers;
-    if (f.split_mode == "layer") {
+    o.n_gpu_layers = n_gpu_layers;
+    if (split_mode == "layer") {
         o.mode = SplitMode::Layer;
-    } else if (f.split_mode == "none") {
+    } else if (split_mode == "none") {
         o.mode = SplitMode::None;
-    } else if (f.split_mode == "row") {
+    } else if (split_mode == "row") {
         fail("--split-mode row: toy splits models by layer only (use layer or none)");
     } else {
-        fail("--split-mode: expected none, layer or row, found '{}'", f.split_mode);
+        fail("--split-mode: expected none, layer or row, found '{}'", split_mode);
     }
-    if (!f.tensor_split.empty()) {
-        for (const std::string &part : split_list(f.tensor_split, ",/")) {
+    if (!tensor_split.empty()) {
+        for (const std::string &part : split_list(tensor_split, ",/")) {
             char *end = nullptr;
             const float v = std::strtof(part.c_str(), &end);
-            if (part.empty() || *end != '\0') fail("--tensor-split: expected proportions such as 3,1, found '{}'", f.tensor_split);
+            if (part.empty() || *end != '\0') fail("--tensor-split: expected proportions such as 3,1, found '{}'", tensor_split);
             o.tensor_split.push_back(v);
         }
     }
-    o.main_gpu = f.main_gpu;
-    if (!f.device.empty()) {
-        o.devices = split_list(f.device, ",");
+    o.main_gpu = main_gpu;
+    if (!device.empty()) {
+        o.devices = split_list(device, ",");
         for (const std::string &d : o.devices)
-            if (d.empty()) fail("--device: expected names such as RPC0,RPC1 (or none), found '{}'", f.device);
+            if (d.empty()) fail("--device: expected names such as RPC0,RPC1 (or none), found '{}'", device);
     }
+    if (!rpc.empty()) add_rpc_servers(rpc);
     return o;
 }
-
-}  // namespace
 
 void print_devices() {
     std::printf("Available devices:\n");
@@ -83,6 +84,30 @@ void print_devices() {
         if (d.type == "CPU") std::printf(" [toy kernels: %s]", graph::packed_kernels_name());
         std::printf("\n");
     }
+}
+
+void SplitFlags::add_to(CLI::App &app) {
+    app.add_option("--n-gpu-layers,--gpu-layers", n_gpu_layers,
+                   "blocks on the offload devices (GPUs, --rpc servers), counted from the last; more than the model "
+                   "has: the output head too; -1: all when there is a device; also -ngl")
+        ->default_str(std::to_string(n_gpu_layers));
+    app.add_option("--split-mode", split_mode, "how blocks share the offload devices: layer (by --tensor-split), none "
+                                               "(all on --main-gpu); also -sm");
+    app.add_option("--tensor-split", tensor_split,
+                   "proportions of the offloaded blocks per device, e.g. 3,1 (default: by free memory); also -ts");
+    app.add_option("--main-gpu", main_gpu, "split mode none: the offload device (0-based) that takes them; also -mg");
+    app.add_option("--device", device, "offload devices by name, comma-separated, or none (see --list-devices); also -dev");
+    app.add_option("--rpc", rpc, "ggml RPC servers host:port[,host:port...] (toy rpc-server, llama.cpp's rpc-server) "
+                                 "to offload blocks to");
+    // after --rpc, whose value it uses (CLI11 runs callbacks in this order)
+    app.add_flag_callback(
+        "--list-devices",
+        [this] {
+            if (!rpc.empty()) add_rpc_servers(rpc);
+            print_devices();
+            throw CLI::Success();
+        },
+        "list the devices (with --rpc's servers) and exit");
 }
 
 void LoraFlags::add_to(CLI::App &app, const char *verb) {
@@ -116,27 +141,7 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
                    fmt::format("V cache type: {} (quantized ones turn flash attention on); also -ctv", kv_cache_type_names()));
     app.add_option("--flash-attn", flash_attn, "flash attention: on, off, auto (1/true, 0/false); also -fa");
     if (with_trace) app.add_flag("--trace", trace, "print statistics of named activations for every graph (stderr)");
-    app.add_option("--n-gpu-layers,--gpu-layers", n_gpu_layers,
-                   "blocks on the offload devices (GPUs, --rpc servers), counted from the last; more than the model "
-                   "has: the output head too; -1: all when there is a device; also -ngl")
-        ->default_str("-1");
-    app.add_option("--split-mode", split_mode, "how blocks share the offload devices: layer (by --tensor-split), none "
-                                               "(all on --main-gpu); also -sm");
-    app.add_option("--tensor-split", tensor_split,
-                   "proportions of the offloaded blocks per device, e.g. 3,1 (default: by free memory); also -ts");
-    app.add_option("--main-gpu", main_gpu, "split mode none: the offload device (0-based) that takes them; also -mg");
-    app.add_option("--device", device, "offload devices by name, comma-separated, or none (see --list-devices); also -dev");
-    app.add_option("--rpc", rpc, "ggml RPC servers host:port[,host:port...] (toy rpc-server, llama.cpp's rpc-server) "
-                                 "to offload blocks to");
-    // after --rpc, whose value it uses (CLI11 runs callbacks in this order)
-    app.add_flag_callback(
-        "--list-devices",
-        [this] {
-            if (!rpc.empty()) add_rpc_servers(rpc);
-            print_devices();
-            throw CLI::Success();
-        },
-        "list the devices (with --rpc's servers) and exit");
+    split.add_to(app);
 }
 
 LoadOptions ModelFlags::load_options() const {
@@ -152,8 +157,7 @@ LoadOptions ModelFlags::load_options() const {
     } else {
         fail("--weight-type: expected q8_0, found '{}'", weight_type);
     }
-    o.split = parse_split(*this);
-    if (!rpc.empty()) add_rpc_servers(rpc);
+    o.split = split.options();
     return o;
 }
 

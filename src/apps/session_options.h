@@ -28,6 +28,25 @@ struct LoraFlags {
     LoraSet load(const Model &model) const;
 };
 
+// The device split (model/split.h) as llama.cpp spells it: -ngl, -sm, -ts,
+// -mg, -dev, --rpc, and --list-devices (lists and exits).
+struct SplitFlags {
+    // -ngl's default: every block when a device exists (inference), or 0
+    // (toy train, where only a LoRA run's frozen base can go to a device)
+    explicit SplitFlags(int default_layers = SplitOptions::kAllLayers) : n_gpu_layers(default_layers) {}
+    int n_gpu_layers;
+    std::string split_mode = "layer";
+    std::string tensor_split;
+    int main_gpu = 0;
+    std::string device;
+    std::string rpc;
+
+    void add_to(CLI::App &app);
+    // The split, checked (an error names its flag); adds the --rpc servers
+    // first (once), so that their devices can take blocks.
+    SplitOptions options() const;
+};
+
 struct ModelFlags {
     std::string model_path;
     bool no_mmap = false;
@@ -44,17 +63,9 @@ struct ModelFlags {
     std::string flash_attn = "auto";
     bool trace = false;
     LoraFlags lora;
-    // the device split (model/split.h), as llama.cpp spells it
-    int n_gpu_layers = SplitOptions::kAllLayers;
-    std::string split_mode = "layer";
-    std::string tensor_split;
-    int main_gpu = 0;
-    std::string device;
-    std::string rpc;
+    SplitFlags split;
 
     void add_to(CLI::App &app, bool with_trace = true);
-    // The options for Model::load; adds the --rpc servers first (once), so
-    // that their devices can take blocks.
     LoadOptions load_options() const;
     // Sessions made with these options apply the adapters load() loaded.
     SessionOptions session_options() const;

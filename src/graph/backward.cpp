@@ -2,6 +2,8 @@
 
 #include "graph/custom_ops.h"
 
+#include <ggml-backend.h>
+
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
@@ -15,6 +17,15 @@ template <typename F>
 void remap_sources(ggml_tensor *node, F &&f) {
     for (ggml_tensor *&src : node->src) src = f(src);
     node->view_src = f(node->view_src);
+}
+
+// Whether t's bytes (or its view source's) are in a buffer of a device other
+// than the CPU: only weights have buffers while the graph is built.
+bool on_other_device(const ggml_tensor *t) {
+    const ggml_tensor *base = t->view_src ? t->view_src : t;
+    if (!base->buffer) return false;
+    ggml_backend_dev_t dev = ggml_backend_buft_get_device(ggml_backend_buffer_get_type(base->buffer));
+    return dev && ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
 }
 
 // Same batch dimensions (2 and 3): out_prod's broadcasting has no matmul equivalent here.
@@ -42,6 +53,9 @@ public:
     bool rewrite(ggml_tensor *t) {
         if (t->op != GGML_OP_OUT_PROD) return false;
         ggml_tensor *a = t->src[0], *b = t->src[1];
+        // a weight held by another device (a split model's frozen block):
+        // ggml's own op runs there; toy's kernels are the CPU's
+        if (on_other_device(a) || on_other_device(b)) return false;
         if (out_prod_f32_supported(a, b)) {
             replacement[t] = out_prod_f32(ctx_, a, b);
             return true;

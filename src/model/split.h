@@ -29,6 +29,9 @@ struct SplitOptions {
     std::vector<float> tensor_split;   // a proportion per offload device; empty: by free memory
     int main_gpu = 0;                  // split mode none: the offload device (an index into them) that takes all
     std::vector<std::string> devices;  // offload devices by ggml name; empty: every GPU and RPC device
+    // Keep the output norm and head on the CPU whatever -ngl says (training:
+    // its loss ops are toy's CPU kernels, one of them in place on the logits).
+    bool head_on_cpu = false;
 };
 
 struct LayerSplit {
@@ -49,5 +52,9 @@ std::vector<ggml_backend_dev_t> offload_devices();
 // unknown device, -ngl > 0 with nothing to offload to, a --tensor-split with
 // more entries than devices or no positive one, a --main-gpu out of range.
 LayerSplit plan_split(const SplitOptions &o, int n_layer);
+
+// Whether `o` puts anything on an offload device (whatever the model's
+// depth); throws as plan_split does.
+bool asks_offload(const SplitOptions &o);
 
 }  // namespace toy

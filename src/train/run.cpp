@@ -179,9 +179,16 @@ RunSettings RunSettings::from_json(const nlohmann::json &j) {
     }
 }
 
-Trainable load_trainable(const RunSettings &s) {
+Trainable load_trainable(const RunSettings &s, const SplitOptions &split) {
+    if (s.mode != Mode::Lora && asks_offload(split)) {
+        fail("-ngl / --rpc: only a LoRA run (--lora-rank) splits its model across devices, which then hold the frozen "
+             "base; full and from-scratch training run on the CPU");
+    }
+    LoadOptions lo = trainable_load_options();
+    lo.split = split;
+    lo.split.head_on_cpu = true;  // the loss and its gradient are CPU kernels, one in place on the logits
     Trainable t;
-    t.model = Model::load(s.model, trainable_load_options());
+    t.model = Model::load(s.model, lo);
     check_trainable(t.model->config());
     t.tm = s.mode == Mode::Full ? TrainableModel::full(*t.model, s.lens_from, s.seed) : TrainableModel::lora(*t.model, s.lora);
     return t;
@@ -221,7 +228,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     if (!resume.empty()) s = RunSettings::from_json(checkpoint_settings(resume));
 
     // 2. The model, its tokenizer and the data.
-    Trainable t = load_trainable(s);
+    Trainable t = load_trainable(s, io.split);
     Model *model = t.model.get();
     const text::Vocab vocab = text::Vocab::load(model->file());
     std::unique_ptr<text::ChatTemplate> chat;
@@ -256,7 +263,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     const int64_t total = s.max_steps > 0 ? s.max_steps : s.epochs * steps_per_epoch;
     LrSchedule sched{s.opt.lr, s.warmup, total, s.schedule, s.lr_min_ratio};
 
-    Engine engine(io.n_threads);
+    Engine engine(io.n_threads, t.model->split().devices);
     Trainer trainer(engine, *tm, to);
     CheckpointState st;
     st.settings = s.to_json();

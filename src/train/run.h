@@ -5,6 +5,7 @@
 // (a model GGUF, or a LoRA adapter in llama.cpp's format).
 #pragma once
 
+#include "model/split.h"
 #include "train/trainable.h"
 #include "train/trainer.h"
 
@@ -55,6 +56,9 @@ struct RunIo {
     std::string log_csv;           // empty: none
     std::string plot_svg;          // empty: none
     int n_threads = 0;
+    // the frozen base of a LoRA run on other devices (RPC servers, GPUs);
+    // full and from-scratch runs train on the CPU
+    SplitOptions split;
     bool grad_checkpointing = false;  // recompute activations in the backward (less memory, more compute)
     FILE *progress = stderr;       // null: quiet
     FILE *trace = nullptr;         // per-block activation statistics
@@ -78,7 +82,8 @@ struct Trainable {
     std::unique_ptr<Model> model;
     std::unique_ptr<TrainableModel> tm;
 };
-Trainable load_trainable(const RunSettings &s);
+// Throws toy::Error when `split` offloads anything and the run is not LoRA.
+Trainable load_trainable(const RunSettings &s, const SplitOptions &split = {});
 
 // The trainer's shape from -c, -b, -ub (checked) and the optimizer settings.
 TrainerOptions trainer_options(const RunSettings &s);

@@ -114,6 +114,7 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
     }
     lg.inputs.place(engine_.buffer_type(), inputs);
     lg.sched = engine_.make_scheduler(size);
+    engine_.place_ops(lg.sched, lg.gf);
     if (trace_.out) ggml_backend_sched_set_eval_callback(lg.sched, trace_callback, &trace_);
     if (!ggml_backend_sched_alloc_graph(lg.sched, lg.gf)) {
         fail("could not allocate the {} graph ({} x {} tokens)", backward ? "training" : "evaluation",
