@@ -68,20 +68,12 @@ bool accepts(int port) {
     return ok;
 }
 
-// `toy rpc-server` in a child process, stopped at the end of the scope.
+// `toy rpc-server` (one thread, and `extra` flags) on a free loopback port in
+// a child process, stopped at the end of the scope.
 struct Server {
     pid_t pid = -1;
     int port;
-    explicit Server(int port_) : port(port_) {
-        const std::string cmd = "exec " + toy::test::shell_quote(TOY_BIN) + " rpc-server -t 1 --port " +
-                                std::to_string(port) + " >/dev/null 2>&1";
-        pid = fork();
-        if (pid == 0) {
-            execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)nullptr);
-            _exit(127);
-        }
-    }
-    Server(int port_, const std::string &extra) : port(port_) {
+    explicit Server(const std::string &extra = "") : port(Port().port) {
         const std::string cmd = "exec " + toy::test::shell_quote(TOY_BIN) + " rpc-server -t 1 --port " +
                                 std::to_string(port) + " " + extra + " >/dev/null 2>&1";
         pid = fork();
@@ -90,6 +82,7 @@ struct Server {
             _exit(127);
         }
     }
+    std::string endpoint() const { return "127.0.0.1:" + std::to_string(port); }
     // Whether it accepts connections within 20 s.
     bool started() const {
         const auto t0 = std::chrono::steady_clock::now();
@@ -135,9 +128,7 @@ std::vector<float> run_graph(ggml_backend_t backend, const std::vector<float> &w
 }
 
 TEST(Rpc, ServerComputesWhatTheLocalCpuComputes) {
-    Port p;
-    p.release();
-    Server server(p.port);
+    Server server;
     ASSERT_TRUE(server.started()) << "toy rpc-server did not start";
     const int64_t n_in = 256, n_out = 48, cols = 5;
     std::mt19937 rng(3);
@@ -147,7 +138,7 @@ TEST(Rpc, ServerComputesWhatTheLocalCpuComputes) {
     for (float &v : xf) v = g(rng);
     for (float &v : bf) v = g(rng);
 
-    const std::string endpoint = "127.0.0.1:" + std::to_string(p.port);
+    const std::string endpoint = server.endpoint();
     ggml_backend_t rpc = ggml_backend_rpc_init(endpoint.c_str(), 0);
     ASSERT_NE(rpc, nullptr);
     // ggml caches each server's registration and buffer type for the process
@@ -178,11 +169,9 @@ TEST(Rpc, DevicesListsTheCpuAndTheServersGiven) {
     EXPECT_NE(cpu.out.find("  CPU: "), std::string::npos) << cpu.out;
     EXPECT_NE(cpu.out.find("[toy kernels: "), std::string::npos) << cpu.out;
 #if defined(TOY_HAVE_RPC)
-    Port p;
-    p.release();
-    Server server(p.port);
+    Server server;
     ASSERT_TRUE(server.started()) << "toy rpc-server did not start";
-    const std::string endpoint = "127.0.0.1:" + std::to_string(p.port);
+    const std::string endpoint = server.endpoint();
     const toy::test::CommandResult both = run_toy("devices --rpc " + endpoint);
     ASSERT_EQ(both.code, 0) << both.err;
     EXPECT_NE(both.out.find("  RPC0: " + endpoint + " ("), std::string::npos) << both.out;
@@ -244,12 +233,9 @@ TEST(Split, BadSplitFlagsAreOneLineErrorsBeforeLoading) {
     EXPECT_EQ(list.code, 0) << list.err;
     EXPECT_NE(list.out.find("  CPU: "), std::string::npos) << list.out;
 #if defined(TOY_HAVE_RPC)
-    Port p1, p2;
-    p1.release();
-    p2.release();
-    Server a(p1.port), b(p2.port);
+    Server a, b;
     ASSERT_TRUE(a.started() && b.started());
-    const std::string rpc = "--rpc 127.0.0.1:" + std::to_string(p1.port) + ",127.0.0.1:" + std::to_string(p2.port) + " ";
+    const std::string rpc = "--rpc " + a.endpoint() + "," + b.endpoint() + " ";
     expect_one_line_error(run_toy(m + rpc + "--device RPC7"), "--device RPC7: no such offload device (available: RPC0, RPC1");
     expect_one_line_error(run_toy(m + rpc + "--device RPC0,RPC0"), "--device: RPC0 is named twice");
     expect_one_line_error(run_toy(m + rpc + "-ts 1,1,1"), "--tensor-split: 3 proportions for 2 offload devices");
@@ -258,14 +244,12 @@ TEST(Split, BadSplitFlagsAreOneLineErrorsBeforeLoading) {
     expect_one_line_error(run_toy(m + rpc + "--device none -ngl 1"), "-ngl 1: no GPU or RPC device");
     const test::CommandResult both = run_toy("chat " + rpc + "--list-devices");
     EXPECT_EQ(both.code, 0) << both.err;
-    EXPECT_NE(both.out.find("  RPC1: 127.0.0.1:" + std::to_string(p2.port) + " ("), std::string::npos) << both.out;
+    EXPECT_NE(both.out.find("  RPC1: " + b.endpoint() + " ("), std::string::npos) << both.out;
     // a server that offers 1 MiB: the fixture's blocks (about 1.1 MiB) do not fit, said before copying
-    Port p3;
-    p3.release();
-    Server small(p3.port, "--mem 1");
+    Server small("--mem 1");
     ASSERT_TRUE(small.started());
-    expect_one_line_error(run_toy(m + "--rpc 127.0.0.1:" + std::to_string(p3.port)), "MiB, it has 1.0 MiB free");
-    const test::CommandResult listed = run_toy("devices --rpc 127.0.0.1:" + std::to_string(p3.port));
+    expect_one_line_error(run_toy(m + "--rpc " + small.endpoint()), "MiB, it has 1.0 MiB free");
+    const test::CommandResult listed = run_toy("devices --rpc " + small.endpoint());
     EXPECT_NE(listed.out.find("(1 MiB, 1 MiB free)"), std::string::npos) << listed.out;
 #endif
 }
@@ -286,12 +270,9 @@ std::vector<float> fixture_logits(const std::string &fixture, const std::string 
 }
 
 TEST(Split, LayersOnTwoServersGiveTheLocalLogits) {
-    Port p1, p2;
-    p1.release();
-    p2.release();
-    Server a(p1.port), b(p2.port);
+    Server a, b;
     ASSERT_TRUE(a.started() && b.started());
-    const std::string rpc = "--rpc 127.0.0.1:" + std::to_string(p1.port) + ",127.0.0.1:" + std::to_string(p2.port) + " ";
+    const std::string rpc = "--rpc " + a.endpoint() + "," + b.endpoint() + " ";
     struct Case {
         std::string fixture, flags, split;  // split: what `toy: split:` must say
     };
@@ -332,16 +313,14 @@ TEST(Split, LayersOnTwoServersGiveTheLocalLogits) {
 }
 
 TEST(Split, AServerThatDiesMidRunIsAOneLineError) {
-    Port p;
-    p.release();
-    Server server(p.port);
+    Server server;
     ASSERT_TRUE(server.started());
     test::TempDir dir;
     const std::string err = dir.file("err");
     // a long generation (bounded by timeout, should the client hang)
     const std::string cmd = "timeout 120 " + test::shell_quote(TOY_BIN) + " run -m " +
-                            test::fixture_path("llama-256.q8_0.gguf") + " -p hello -n 30000 -c 32768 --ignore-eos -t 1 --rpc 127.0.0.1:" +
-                            std::to_string(p.port) + " 2>" + err;
+                            test::fixture_path("llama-256.q8_0.gguf") + " -p hello -n 30000 -c 32768 --ignore-eos -t 1 --rpc " +
+                            server.endpoint() + " 2>" + err;
     FILE *out = popen(cmd.c_str(), "r");
     ASSERT_NE(out, nullptr);
     char buf[4096];
@@ -380,9 +359,7 @@ std::vector<std::string> loss_columns(const std::string &csv) {
 }
 
 TEST(Split, LoraTrainingOnASplitBaseFollowsTheLocalRun) {
-    Port p;
-    p.release();
-    Server server(p.port);
+    Server server;
     ASSERT_TRUE(server.started());
     test::TempDir dir;
     const std::string text = dir.file("stories.txt");
@@ -395,7 +372,7 @@ TEST(Split, LoraTrainingOnASplitBaseFollowsTheLocalRun) {
     const test::CommandResult local = run_toy(base + "-o " + dir.file("a.gguf") + " --log " + dir.file("a.csv"));
     ASSERT_EQ(local.code, 0) << local.err;
     // the frozen base on the server (the head stays on the CPU, where the loss is computed)
-    const std::string rpc = "--rpc 127.0.0.1:" + std::to_string(p.port);
+    const std::string rpc = "--rpc " + server.endpoint();
     const test::CommandResult split = run_toy(base + rpc + " -ngl 99 -o " + dir.file("b.gguf") + " --log " + dir.file("b.csv"));
     ASSERT_EQ(split.code, 0) << split.err;
     const std::vector<std::string> a = loss_columns(dir.file("a.csv")), b = loss_columns(dir.file("b.csv"));
