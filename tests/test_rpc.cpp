@@ -378,6 +378,13 @@ TEST(Split, LoraTrainingOnASplitBaseFollowsTheLocalRun) {
     const std::vector<std::string> a = loss_columns(dir.file("a.csv")), b = loss_columns(dir.file("b.csv"));
     ASSERT_EQ(a.size(), 3u);
     EXPECT_EQ(a, b);  // the same ggml CPU kernels on both sides: the same losses and gradient norms, as printed
+    // the adapter applied to the split model (its pairs on their blocks' device): the local logits
+    const std::string logits = "logits -m " + test::fixture_path("../models/stories260K.gguf") + " --lora " + dir.file("a.gguf") +
+                               " --tokens 1,50,60,70,80,90 -ctk f32 -ctv f32 -fa off -o ";
+    ASSERT_EQ(run_toy(logits + dir.file("local.f32")).code, 0);
+    const test::CommandResult r = run_toy(logits + dir.file("split.f32") + " " + rpc + " -ngl 99");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_LE(test::compare_rows(test::read_f32(dir.file("split.f32")), test::read_f32(dir.file("local.f32")), 512).d_max, 1e-3);
     // a full fine-tune trains on the CPU: asking it to split is an error
     expect_one_line_error(run_toy("train -m " + test::fixture_path("../models/stories260K.gguf") + " -f " + text +
                                   " --steps 1 -c 32 -o " + dir.file("c.gguf") + " " + rpc + " -ngl 2"),

@@ -33,11 +33,15 @@ bool parse_block_name(const std::string &name, int *layer, std::string *what) {
 }  // namespace
 
 LoraAdapter::~LoraAdapter() {
-    if (buf_) ggml_backend_buffer_free(buf_);
-    if (ctx_) ggml_free(ctx_);
+    for (auto *b : bufs_) ggml_backend_buffer_free(b);
+    for (auto &[dev, ctx] : ctxs_) ggml_free(ctx);
 }
 
-size_t LoraAdapter::bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
+size_t LoraAdapter::bytes() const {
+    size_t n = 0;
+    for (auto *b : bufs_) n += ggml_backend_buffer_get_size(b);
+    return n;
+}
 
 std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string &path, const Model &base, float scale) {
     auto f = gguf::File::open(path);
@@ -69,20 +73,28 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string &path, const Mo
     }
     if (pairs.empty()) fail("{}: the adapter has no tensors", path);
 
-    ggml_init_params ip{ggml_tensor_overhead() * (4 * pairs.size() + 4), nullptr, true};
-    ad->ctx_ = ggml_init(ip);
+    // a context per device: a pair lives where the weight it adapts runs
+    // (a split model's block on its device), so its products need no trip
+    auto ctx_for = [&](ggml_backend_dev_t dev) {
+        for (auto &[d, ctx] : ad->ctxs_)
+            if (d == dev) return ctx;
+        ggml_init_params ip{ggml_tensor_overhead() * (4 * pairs.size() + 4), nullptr, true};
+        ad->ctxs_.emplace_back(dev, ggml_init(ip));
+        return ad->ctxs_.back().second;
+    };
+    const LayerSplit &split = base.split();
     struct Copy {
         ggml_tensor *t;
         const gguf::TensorInfo *info;
     };
     std::vector<Copy> copies;
-    auto make = [&](const gguf::TensorInfo &info) {
+    auto make = [&](const gguf::TensorInfo &info, ggml_context *ctx) {
         if (info.n_dims > 2) fail("{}: tensor '{}' has shape {}, expected a matrix", path, info.name, info.shape_string());
         const auto *cpu = ggml_get_type_traits_cpu(info.type);
         if (info.type != GGML_TYPE_F32 && !(cpu && cpu->vec_dot)) {
             fail("{}: tensor '{}' has type {}, which toy cannot multiply", path, info.name, ggml_type_name(info.type));
         }
-        ggml_tensor *t = ggml_new_tensor_2d(ad->ctx_, info.type, info.ne[0], info.ne[1]);
+        ggml_tensor *t = ggml_new_tensor_2d(ctx, info.type, info.ne[0], info.ne[1]);
         ggml_set_name(t, info.name.c_str());
         copies.push_back({t, &info});
         return t;
@@ -129,8 +141,12 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string &path, const Mo
         }
         const int64_t rank = ib->ne[0];
         p.scale = ad->alpha_ != 0.0f ? scale * ad->alpha_ / (float)rank : scale;
-        p.a = make(*ia);
-        p.b = make(*ib);
+        ggml_backend_dev_t dev = p.where == Where::Block    ? split.layer[(size_t)p.layer]
+                                 : p.where == Where::Output ? split.output
+                                                            : nullptr;  // the embedding's lookup is the CPU's
+        ggml_context *ctx = ctx_for(dev);
+        p.a = make(*ia, ctx);
+        p.b = make(*ib, ctx);
         ad->file_pairs_.push_back({target, p.a, p.b, p.scale});
         std::string what;
         if (p.where == Where::Block && parse_block_name(target, &p.layer, &what) && what == "attn_qkv") {
@@ -140,7 +156,7 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string &path, const Mo
             for (int part = 0; part < 3; ++part) {
                 Pair q = p;
                 q.proj = part == 0 ? Proj::Q : part == 1 ? Proj::K : Proj::V;
-                q.b = ggml_view_2d(ad->ctx_, p.b, p.b->ne[0], rows[part], ggml_row_size(p.b->type, p.b->ne[0]),
+                q.b = ggml_view_2d(ctx, p.b, p.b->ne[0], rows[part], ggml_row_size(p.b->type, p.b->ne[0]),
                                    ggml_row_size(p.b->type, p.b->ne[0]) * at);
                 at += rows[part];
                 ad->pairs_.push_back(q);
@@ -149,8 +165,12 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string &path, const Mo
             ad->pairs_.push_back(p);
         }
     }
-    ad->buf_ = ggml_backend_alloc_ctx_tensors_from_buft(ad->ctx_, ggml_backend_cpu_buffer_type());
-    if (!ad->buf_) fail("{}: could not allocate memory for the adapter", path);
+    for (auto &[dev, ctx] : ad->ctxs_) {
+        ggml_backend_buffer_t buf =
+            ggml_backend_alloc_ctx_tensors_from_buft(ctx, dev ? ggml_backend_dev_buffer_type(dev) : ggml_backend_cpu_buffer_type());
+        if (!buf) fail("{}: could not allocate memory for the adapter on {}", path, dev ? ggml_backend_dev_name(dev) : "the CPU");
+        ad->bufs_.push_back(buf);
+    }
     for (const Copy &cp : copies) ggml_backend_tensor_set(cp.t, f->tensor_data(*cp.info), 0, cp.info->nbytes);
     return ad;
 }

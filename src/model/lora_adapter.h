@@ -26,7 +26,8 @@ namespace toy {
 class LoraAdapter {
 public:
     // Reads and checks `path` against `base` (architecture, names, shapes) and
-    // copies its tensors into a CPU buffer. Throws a one-line toy::Error.
+    // copies its tensors into memory: the CPU's, or for a split base the
+    // device of the block each pair adapts. Throws a one-line toy::Error.
     static std::unique_ptr<LoraAdapter> load(const std::string &path, const Model &base, float scale = 1.0f);
     ~LoraAdapter();
     LoraAdapter(const LoraAdapter &) = delete;
@@ -66,8 +67,8 @@ private:
     float alpha_ = 0.0f, scale_ = 1.0f;
     std::vector<Pair> pairs_;
     std::vector<FilePair> file_pairs_;
-    ggml_context *ctx_ = nullptr;
-    ggml_backend_buffer_t buf_ = nullptr;
+    std::vector<std::pair<ggml_backend_dev_t, ggml_context *>> ctxs_;  // per device (nullptr: the CPU)
+    std::vector<ggml_backend_buffer_t> bufs_;
 };
 
 // The adapters of several files (as llama.cpp's repeated --lora / --lora-scaled).
