@@ -109,10 +109,14 @@ void add_rpc_servers(const std::string &list) {
         ggml_backend_reg_t reg = ggml_backend_rpc_add_server(e.c_str());
         if (!reg) fail("RPC server {}: ggml could not add it (a different protocol version?)", e);
         ggml_backend_register(reg);
-        // ggml keeps its servers for the whole process but in statics that are
-        // destroyed before the leak checker looks: keep them reachable
-        static auto *servers = new std::vector<ggml_backend_reg_t>;
-        servers->push_back(reg);
+        // ggml keeps its servers and their devices' buffer types for the whole
+        // process but in statics that are destroyed before the leak checker
+        // looks: keep them reachable
+        static auto *kept = new std::vector<const void *>;
+        kept->push_back(reg);
+        for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
+            kept->push_back(ggml_backend_dev_buffer_type(ggml_backend_reg_dev_get(reg, i)));
+        }
         added->push_back(e);
     }
 #else
