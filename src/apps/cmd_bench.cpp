@@ -19,6 +19,7 @@
 #include "apps/cli.h"
 #include "apps/session_options.h"
 #include "core/error.h"
+#include "core/lists.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "runtime/bandwidth.h"
@@ -104,22 +105,17 @@ double stddev(const std::vector<T> &v) {
 }
 
 // "a,b,c" as its items (none empty).
-std::vector<std::string> split_list(const std::string &text, const char *flag) {
-    std::vector<std::string> out;
-    size_t i = 0;
-    for (;;) {
-        const size_t j = text.find(',', i);
-        out.push_back(text.substr(i, j == std::string::npos ? std::string::npos : j - i));
-        if (out.back().empty()) fail("{}: expected a comma-separated list, found '{}'", flag, text);
-        if (j == std::string::npos) return out;
-        i = j + 1;
-    }
+std::vector<std::string> list_items(const std::string &text, const char *flag) {
+    std::vector<std::string> out = split_list(text);
+    for (const std::string &item : out)
+        if (item.empty()) fail("{}: expected a comma-separated list, found '{}'", flag, text);
+    return out;
 }
 
 // A comma list of counts (0 to a million).
 std::vector<int> parse_counts(const std::string &text, const char *flag, const char *what = "token counts") {
     std::vector<int> out;
-    for (const std::string &item : split_list(text, flag)) {
+    for (const std::string &item : list_items(text, flag)) {
         size_t used = 0;
         long long v = -1;
         try {
@@ -195,9 +191,9 @@ SessionOptions session_options(const BenchOptions &o, const Instance &inst) {
 std::vector<Instance> instances(const BenchOptions &o) {
     std::vector<Instance> out;
     for (int t : parse_counts(o.threads, "-t", "thread counts"))
-        for (const std::string &fa : split_list(o.flash_attn, "-fa"))
-            for (const std::string &k : split_list(o.cache_type_k, "-ctk"))
-                for (const std::string &v : split_list(o.cache_type_v, "-ctv")) out.push_back({t, fa, k, v});
+        for (const std::string &fa : list_items(o.flash_attn, "-fa"))
+            for (const std::string &k : list_items(o.cache_type_k, "-ctk"))
+                for (const std::string &v : list_items(o.cache_type_v, "-ctv")) out.push_back({t, fa, k, v});
     for (const Instance &inst : out) (void)session_options(o, inst);  // bad values fail here, in one line
     return out;
 }

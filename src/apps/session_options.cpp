@@ -6,6 +6,7 @@
 #include "apps/session_options.h"
 
 #include "core/error.h"
+#include "core/lists.h"
 #include "graph/packed_matmul.h"
 #include "runtime/devices.h"
 #include "runtime/kv_cache.h"
@@ -32,19 +33,6 @@ Mode parse_on_off_auto(const std::string &s, const char *flag) {
     fail("{}: expected on, off or auto, found '{}'", flag, s);
 }
 
-// "a,b,c" (llama.cpp also takes "a/b/c") as its non-empty parts.
-std::vector<std::string> split_list(const std::string &s, const char *seps) {
-    std::vector<std::string> out;
-    size_t start = 0;
-    while (start <= s.size()) {
-        const size_t end = s.find_first_of(seps, start);
-        out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
-        if (end == std::string::npos) break;
-        start = end + 1;
-    }
-    return out;
-}
-
 }  // namespace
 
 SplitOptions SplitFlags::options() const {
@@ -60,7 +48,7 @@ SplitOptions SplitFlags::options() const {
         fail("--split-mode: expected none, layer or row, found '{}'", split_mode);
     }
     if (!tensor_split.empty()) {
-        for (const std::string &part : split_list(tensor_split, ",/")) {
+        for (const std::string &part : split_list(tensor_split, ",/")) {  // llama.cpp also takes 3/1
             char *end = nullptr;
             const float v = std::strtof(part.c_str(), &end);
             if (part.empty() || *end != '\0') fail("--tensor-split: expected proportions such as 3,1, found '{}'", tensor_split);

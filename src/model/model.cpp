@@ -374,16 +374,18 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             }
         }
     }
-    std::vector<ggml_backend_buffer_type_t> own_bufts;
+    // each buffer type of its own and the bytes its tensors take there, asked
+    // once (an RPC device answers some sizes over the network)
+    std::vector<std::pair<ggml_backend_buffer_type_t, size_t>> own_bufts;
     for (const Plan &p : plans) {
-        if (p.buft && std::find(own_bufts.begin(), own_bufts.end(), p.buft) == own_bufts.end()) own_bufts.push_back(p.buft);
+        if (!p.buft) continue;
+        auto it = std::find_if(own_bufts.begin(), own_bufts.end(), [&](const auto &b) { return b.first == p.buft; });
+        if (it == own_bufts.end()) it = own_bufts.insert(own_bufts.end(), {p.buft, 0});
+        it->second += GGML_PAD(ggml_backend_buft_get_alloc_size(p.buft, p.t), ggml_backend_buft_get_alignment(p.buft));
     }
     auto buft_bytes = [&](ggml_backend_buffer_type_t buft) {
-        size_t size = 0;
-        for (const Plan &p : plans) {
-            if (p.buft == buft) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, p.t), ggml_backend_buft_get_alignment(buft));
-        }
-        return size;
+        auto it = std::find_if(own_bufts.begin(), own_bufts.end(), [&](const auto &b) { return b.first == buft; });
+        return it == own_bufts.end() ? size_t{0} : it->second;
     };
     // an offload device must hold its blocks: say so before copying anything
     for (ggml_backend_dev_t dev : m->split_.devices) {
@@ -395,10 +397,10 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
                  f.path(), ggml_backend_dev_name(dev), need / 1048576.0, free / 1048576.0);
         }
     }
-    for (auto *buft : own_bufts) {
+    for (const auto &[buft, size] : own_bufts) {
         const bool device = std::find(extra_bufts.begin(), extra_bufts.end(), buft) == extra_bufts.end();
-        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, buft_bytes(buft));
-        if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), buft_bytes(buft), ggml_backend_buft_name(buft));
+        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
+        if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), size, ggml_backend_buft_name(buft));
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         if (huge_pages && !device) advise_huge_pages(buf);
         (device ? m->device_bufs_ : m->extra_bufs_).push_back(buf);

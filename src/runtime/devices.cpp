@@ -1,6 +1,7 @@
 #include "runtime/devices.h"
 
 #include "core/error.h"
+#include "core/lists.h"
 
 #include <ggml-backend.h>
 #if defined(TOY_HAVE_RPC)
@@ -83,16 +84,9 @@ const char *type_name(enum ggml_backend_dev_type t) {
 }  // namespace
 
 void add_rpc_servers(const std::string &list) {
-    std::vector<std::string> endpoints;
-    size_t start = 0;
-    while (start <= list.size()) {
-        const size_t comma = list.find(',', start);
-        const std::string e = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::vector<std::string> endpoints = split_list(list);
+    for (const std::string &e : endpoints)
         if (e.empty()) fail("--rpc: expected host:port[,host:port...], found '{}'", list);
-        endpoints.push_back(e);
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-    }
     // each server once per process (ggml would list a server added twice twice)
     static auto *added = new std::vector<std::string>;
     std::erase_if(endpoints, [](const std::string &e) { return std::find(added->begin(), added->end(), e) != added->end(); });
