@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 using namespace toy;
 
 namespace {
@@ -153,4 +155,68 @@ TEST(Scheduler, BadRequestsFullQueueAndCancellation) {
     while (!(next_stream = sched.submit(sv.request("One day", 5)))) std::this_thread::yield();  // the queue holds one
     const Reply next = read_all(*next_stream);
     EXPECT_EQ(next.last.completion_tokens, 5);
+}
+
+namespace {
+
+// Guesses the same tokens whatever the context: mostly rejected, so every
+// step removes guesses from the cache.
+struct StubbornDrafter : Drafter {
+    std::vector<int32_t> draft(int32_t, std::span<const int32_t>, int n_max) override {
+        return std::vector<int32_t>((size_t)std::min(n_max, 3), 13);
+    }
+    std::string name() const override { return "stubborn"; }
+};
+
+}  // namespace
+
+// Speculative decoding in the scheduler: every sequence's pending token and
+// guesses share one batch; the text is what each request gives alone, with
+// drafts that are always right (the model itself, one cache sequence per
+// slot), sometimes (prompt lookup) and almost never.
+TEST(Scheduler, SpeculativeDecodingGivesWhatEachGivesAlone) {
+    Served sv;
+    const std::vector<serve::Request> reqs{sv.request("Once upon a time", 40), sv.request("Lily and Tom went to the park", 30),
+                                           sv.request("One day, a little dog", 50), sv.request("The sun", 20),
+                                           sv.request("Once upon a time, there was a big", 25), sv.request("Tom said", 3)};
+    std::vector<std::string> want;
+    for (const auto &r : reqs) {
+        std::string text;
+        for (int32_t t : sv.alone(r)) text += sv.vocab.token_to_piece(t);
+        want.push_back(text);
+    }
+    struct Case {
+        const char *name;
+        std::function<std::unique_ptr<Drafter>()> make;
+        int n_max;
+        double min_acceptance, max_acceptance;
+    };
+    const std::vector<Case> cases = {
+        {"self", [&] { return std::make_unique<DraftModel>(*sv.model, sv.session(1024), 0.0f); }, 8, 0.9, 1.0},
+        {"lookup 2", [] { return std::make_unique<PromptLookup>(2); }, 16, 0.0, 1.0},
+        {"stubborn", [] { return std::make_unique<StubbornDrafter>(); }, 4, 0.0, 0.2},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.name);
+        DraftParams p;
+        p.n_max = c.n_max;
+        p.p_min = 0.0f;
+        serve::Scheduler sched(*sv.model, sv.vocab, sv.session(1024), {.n_slots = 4, .max_queue = 8, .n_batch = 64},
+                               c.make(), p);
+        std::vector<std::shared_ptr<serve::Stream>> streams;
+        for (const auto &r : reqs) streams.push_back(sched.submit(r));  // six requests, four slots: two wait
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            SCOPED_TRACE(i);
+            ASSERT_NE(streams[i], nullptr);
+            const Reply got = read_all(*streams[i]);
+            EXPECT_EQ(got.text, want[i]);
+            EXPECT_NE(got.last.finish_reason, "error") << got.last.error;
+        }
+        const serve::SchedulerStats s = sched.stats();
+        EXPECT_GT(s.drafted, 0);
+        const double acceptance = (double)s.accepted / (double)s.drafted;
+        EXPECT_GE(acceptance, c.min_acceptance) << s.accepted << " of " << s.drafted;
+        EXPECT_LE(acceptance, c.max_acceptance) << s.accepted << " of " << s.drafted;
+        EXPECT_LE(s.kv_used, s.kv_size);
+    }
 }

@@ -39,13 +39,13 @@ struct Server {
         so.n_ctx = n_ctx;
         so.n_threads = 2;
         port = api.bind("127.0.0.1", 0);
-        listener = std::thread([this] { api.http().listen_after_bind(); });
+        listener = std::thread([this] { api.listen(); });
         sched = std::make_unique<serve::Scheduler>(*model, vocab, so,
                                                    serve::SchedulerOptions{.n_slots = n_slots, .max_queue = 4});
         api.attach(*model, vocab, tmpl, *sched);
     }
     ~Server() {
-        api.http().stop();
+        api.stop();
         listener.join();
     }
     httplib::Client client(const std::string &key = "k3y") const {

@@ -124,7 +124,7 @@ Output generate(Session &s, Speculator *spec, const text::Vocab &vocab, const st
 // a prefix of it (otherwise nothing).
 struct ScriptDrafter : Drafter {
     std::vector<int32_t> script;
-    std::vector<int32_t> draft(std::span<const int32_t> context, int n_max) override {
+    std::vector<int32_t> draft(int32_t, std::span<const int32_t> context, int n_max) override {
         if (context.size() >= script.size() || !std::equal(context.begin(), context.end(), script.begin())) return {};
         const size_t n = std::min(script.size() - context.size(), (size_t)n_max);
         return {script.begin() + (long)context.size(), script.begin() + (long)(context.size() + n)};
@@ -357,11 +357,11 @@ TEST(Speculative, EndOfTextStopStringAndLimitInsideAnAcceptedDraft) {
 TEST(Speculative, PromptLookupDraftsWhatFollowedTheLatestOccurrence) {
     PromptLookup two(2);
     const std::vector<int32_t> ctx = {5, 6, 7, 8, 9, 5, 6, 1, 2, 5, 6};
-    EXPECT_EQ(two.draft(ctx, 2), (std::vector<int32_t>{1, 2}));  // what followed the latest earlier "5 6"
+    EXPECT_EQ(two.draft(0, ctx, 2), (std::vector<int32_t>{1, 2}));  // what followed the latest earlier "5 6"
     // past the context's end the copy goes on with its own output: period 4
-    EXPECT_EQ(two.draft(ctx, 7), (std::vector<int32_t>{1, 2, 5, 6, 1, 2, 5}));
-    EXPECT_TRUE(two.draft(std::vector<int32_t>{1, 2, 3, 4}, 16).empty());  // no earlier "3 4"
-    EXPECT_EQ(PromptLookup(1).draft(std::vector<int32_t>{7, 7, 7}, 4), (std::vector<int32_t>{7, 7, 7, 7}));  // a run
+    EXPECT_EQ(two.draft(0, ctx, 7), (std::vector<int32_t>{1, 2, 5, 6, 1, 2, 5}));
+    EXPECT_TRUE(two.draft(0, std::vector<int32_t>{1, 2, 3, 4}, 16).empty());  // no earlier "3 4"
+    EXPECT_EQ(PromptLookup(1).draft(0, std::vector<int32_t>{7, 7, 7}, 4), (std::vector<int32_t>{7, 7, 7, 7}));  // a run
     EXPECT_NE(test::error_of([] { PromptLookup(0); }).find("--lookup-ngram"), std::string::npos);
 }
 
@@ -391,4 +391,9 @@ TEST(Speculative, BadDraftsAndFlagsAreOneLineErrors) {
     one_line_error(run_toy(run + "--lookup-ngram -1"), {"--lookup-ngram", "-1"});
     one_line_error(run_toy(run + "--lookup-ngram 2 -md " + kStories), {"--model-draft and --lookup-ngram"});
     one_line_error(run_toy(run + "-md " + dir.file("missing.gguf")), {"missing.gguf"});
+    // toy serve checks the same before it serves
+    const std::string serve = "serve -m " + kStories + " --port 0 -t 2 ";
+    one_line_error(run_toy(serve + "-md " + other), {other, kStories, "token "});
+    one_line_error(run_toy(serve + "--lookup-ngram 2 -md " + kStories), {"--model-draft and --lookup-ngram"});
+    one_line_error(run_toy(serve + "--lookup-ngram 3 --draft-min 99"), {"--draft-min", "found 99"});
 }

@@ -24,6 +24,7 @@ struct ServeOptions {
     std::string alias;
     std::string chat_template;
     std::string chat_template_file;
+    DraftFlags draft;  // speculative decoding: -md / --lookup-ngram
 };
 
 int run_serve(const ServeOptions &o) {
@@ -33,10 +34,9 @@ int run_serve(const ServeOptions &o) {
     ao.n_http_threads = (size_t)(o.n_parallel + o.max_queue + 4);
     ao.model_name = o.alias.empty() ? std::filesystem::path(o.model.model_path).filename().string() : o.alias;
     serve::Api api(ao);
-    httplib::Server &http = api.http();
     const int port = api.bind(o.host, o.port);
     if (port < 0) fail("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
-    std::thread listener([&] { http.listen_after_bind(); });
+    std::thread listener([&] { api.listen(); });
 
     std::unique_ptr<Model> model;
     std::unique_ptr<text::Vocab> vocab;
@@ -44,19 +44,22 @@ int run_serve(const ServeOptions &o) {
     std::unique_ptr<serve::Scheduler> sched;
     try {
         model = o.model.load();
+        SessionOptions so = o.model.session_options();
+        if (o.model.n_ctx == 0) so.n_ctx = std::min<int64_t>(model->config().n_ctx_train, 4096);
+        std::unique_ptr<Drafter> drafter = o.draft.make_drafter(*model, so.n_ctx, o.model);
+        if (drafter) std::fprintf(stderr, "toy: speculative decoding: %s\n", drafter->name().c_str());
         vocab = std::make_unique<text::Vocab>(text::Vocab::load(model->file()));
         print_notes(*vocab);
         std::string note;
         tmpl = std::make_unique<text::ChatTemplate>(
             text::select_chat_template(model->file(), *vocab, o.chat_template, o.chat_template_file, &note));
         if (!note.empty()) std::fprintf(stderr, "toy: %s\n", note.c_str());
-        SessionOptions so = o.model.session_options();
-        if (o.model.n_ctx == 0) so.n_ctx = std::min<int64_t>(model->config().n_ctx_train, 4096);
-        sched = std::make_unique<serve::Scheduler>(*model, *vocab, so,
-                                                   serve::SchedulerOptions{o.n_parallel, o.max_queue, o.model.n_batch});
+        sched = std::make_unique<serve::Scheduler>(
+            *model, *vocab, so, serve::SchedulerOptions{o.n_parallel, o.max_queue, o.model.n_batch},
+            std::move(drafter), o.draft.params);
         api.attach(*model, *vocab, *tmpl, *sched);
     } catch (...) {
-        http.stop();
+        api.stop();
         listener.join();
         throw;
     }
@@ -80,6 +83,7 @@ Command reg("serve", "OpenAI-compatible HTTP server: continuous batching of conc
     app.add_option("-a,--alias", o->alias, "model name in the API (default: the file name)");
     app.add_option("--chat-template", o->chat_template, "built-in template name or Jinja source (default: the model's)");
     app.add_option("--chat-template-file", o->chat_template_file, "read the Jinja chat template from a file");
+    o->draft.add_to(app);
     return [o] { return run_serve(*o); };
 });
 

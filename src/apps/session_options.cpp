@@ -190,23 +190,22 @@ void DraftFlags::add_to(CLI::App &app) {
                    "context's last N tokens (0: off)");
 }
 
-std::unique_ptr<Speculator> DraftFlags::make(Session &target, const ModelFlags &flags) const {
+std::unique_ptr<Drafter> DraftFlags::make_drafter(const Model &target, int64_t n_ctx, const ModelFlags &flags) const {
     check_draft_params(params);
     if (lookup_ngram < 0) fail("--lookup-ngram: expected an n-gram size from 1 to 64 (0: off), found {}", lookup_ngram);
     if (!model_path.empty() && lookup_ngram > 0) fail("--model-draft and --lookup-ngram: choose one drafter");
-    std::unique_ptr<Drafter> drafter;
-    if (lookup_ngram > 0) {
-        drafter = std::make_unique<PromptLookup>(lookup_ngram);
-    } else if (!model_path.empty()) {
-        model_ = Model::load(model_path, flags.load_options());
-        check_same_vocab(target.model(), *model_);
-        SessionOptions so = flags.session_options();
-        so.n_ctx = target.n_ctx();  // the draft follows the same context (its own default could be smaller)
-        drafter = std::make_unique<DraftModel>(*model_, so, params.p_min);
-    } else {
-        return nullptr;
-    }
-    return std::make_unique<Speculator>(target, std::move(drafter), params);
+    if (lookup_ngram > 0) return std::make_unique<PromptLookup>(lookup_ngram);
+    if (model_path.empty()) return nullptr;
+    model_ = Model::load(model_path, flags.load_options());
+    check_same_vocab(target, *model_);
+    SessionOptions so = flags.session_options();
+    so.n_ctx = n_ctx;  // the draft follows the same context (its own default could be smaller)
+    return std::make_unique<DraftModel>(*model_, so, params.p_min);
+}
+
+std::unique_ptr<Speculator> DraftFlags::make(Session &target, const ModelFlags &flags) const {
+    std::unique_ptr<Drafter> drafter = make_drafter(target.model(), target.n_ctx(), flags);
+    return drafter ? std::make_unique<Speculator>(target, std::move(drafter), params) : nullptr;
 }
 
 void print_notes(const Session &s) {

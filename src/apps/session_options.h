@@ -94,6 +94,9 @@ struct DraftFlags {
     // asked for. Loads the draft model (kept with these flags) with the
     // target's load and session options, checked to share its vocabulary.
     std::unique_ptr<Speculator> make(Session &target, const ModelFlags &flags) const;
+    // The drafter alone (toy serve batches the target itself), or null. A
+    // draft model's session gets n_ctx cells.
+    std::unique_ptr<Drafter> make_drafter(const Model &target, int64_t n_ctx, const ModelFlags &flags) const;
 
 private:
     mutable std::unique_ptr<Model> model_;

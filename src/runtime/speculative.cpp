@@ -32,8 +32,15 @@ DraftModel::DraftModel(const Model &model, SessionOptions opts, float p_min)
 
 std::string DraftModel::name() const { return "draft model " + std::filesystem::path(model_.path()).filename().string(); }
 
-std::vector<int32_t> DraftModel::draft(std::span<const int32_t> context, int n_max) {
+void DraftModel::feed(int32_t seq, std::span<const int32_t> tokens, int32_t pos) {
+    Batch b;
+    for (size_t i = 0; i < tokens.size(); ++i) b.add(tokens[i], pos + (int32_t)i, seq, i + 1 == tokens.size());
+    session_.decode(b);
+}
+
+std::vector<int32_t> DraftModel::draft(int32_t seq, std::span<const int32_t> context, int n_max) {
     std::vector<int32_t> out;
+    if (seq < 0 || seq >= KvCache::kMaxSeqs) fail("draft model: sequence {} is out of range 0..{}", seq, KvCache::kMaxSeqs - 1);
     // the context and n_max - 1 drafted tokens are evaluated (the last guess needs no logits)
     int64_t limit = session_.n_ctx();
     if (model_.config().pos == PosKind::Learned) limit = std::min<int64_t>(limit, model_.config().n_ctx_train);
@@ -43,15 +50,17 @@ std::vector<int32_t> DraftModel::draft(std::span<const int32_t> context, int n_m
 
     // keep what still agrees with the context; the last token is evaluated again if
     // need be, since drafting starts from its logits
-    size_t keep = (size_t)(std::mismatch(cached_.begin(), cached_.end(), context.begin(), context.end()).first -
-                           cached_.begin());
+    if ((size_t)seq >= cached_.size()) cached_.resize((size_t)seq + 1);
+    std::vector<int32_t> &cached = cached_[(size_t)seq];
+    size_t keep = (size_t)(std::mismatch(cached.begin(), cached.end(), context.begin(), context.end()).first -
+                           cached.begin());
     keep = std::min(keep, context.size() - 1);
-    if (keep < cached_.size()) {
-        session_.kv().remove(0, (int32_t)keep);
-        cached_.resize(keep);
+    if (keep < cached.size()) {
+        session_.kv().remove(seq, (int32_t)keep);
+        cached.resize(keep);
     }
-    session_.eval(context.subspan(keep));
-    cached_.insert(cached_.end(), context.begin() + (long)keep, context.end());
+    feed(seq, context.subspan(keep), (int32_t)keep);
+    cached.insert(cached.end(), context.begin() + (long)keep, context.end());
 
     const size_t n_vocab = (size_t)session_.n_vocab();
     for (;;) {
@@ -64,8 +73,8 @@ std::vector<int32_t> DraftModel::draft(std::span<const int32_t> context, int n_m
         const int32_t token = (int32_t)best;
         out.push_back(token);
         if ((int)out.size() >= n_max) break;
-        session_.eval(std::span<const int32_t>(&token, 1));
-        cached_.push_back(token);
+        feed(seq, std::span<const int32_t>(&token, 1), (int32_t)cached.size());
+        cached.push_back(token);
     }
     return out;
 }
@@ -78,7 +87,7 @@ PromptLookup::PromptLookup(int ngram) : ngram_(ngram) {
 
 std::string PromptLookup::name() const { return fmt::format("prompt lookup ({}-grams)", ngram_); }
 
-std::vector<int32_t> PromptLookup::draft(std::span<const int32_t> context, int n_max) {
+std::vector<int32_t> PromptLookup::draft(int32_t, std::span<const int32_t> context, int n_max) {
     const size_t n = context.size(), g = (size_t)ngram_;
     if (n_max <= 0 || n < g + 1) return {};
     const auto tail = context.subspan(n - g);
@@ -121,6 +130,37 @@ void check_same_vocab(const Model &target, const Model &draft) {
 
 // ---- the loop ----
 
+std::vector<int32_t> propose(Drafter &drafter, const DraftParams &p, int32_t seq, std::span<const int32_t> context,
+                             int k) {
+    if (k <= 0 || k < p.n_min) return {};
+    std::vector<int32_t> guess = drafter.draft(seq, context, k);
+    if ((int)guess.size() > k) guess.resize((size_t)k);
+    if ((int)guess.size() < p.n_min) guess.clear();  // too short to be worth a wider batch
+    return guess;
+}
+
+// Row i: the target's logits after pending and guesses 0..i-1. A row is read
+// only while every earlier guess was the target's own choice, so the text
+// before it is the text plain decoding would have produced.
+Verdict verify(text::Generation &gen, const float *rows, size_t n_vocab, std::span<const int32_t> guess,
+               SpeculativeStats &stats, const OnStep &on_step) {
+    Verdict v;
+    for (size_t i = 0;; ++i) {
+        const std::span<const float> logits(rows + i * n_vocab, n_vocab);
+        v.last = gen.next(logits);
+        if (v.last.token >= 0) ++stats.decided;
+        if (on_step) on_step(v.last, logits);
+        const bool agreed = i < guess.size() && v.last.token == guess[i];
+        if (agreed) ++stats.accepted;
+        // done: whatever the draft holds after an end of text, a stop string or
+        // the -n limit is never emitted
+        if (v.last.done || !agreed) {
+            v.kept = i + 1;  // pending and the guesses emitted
+            return v;
+        }
+    }
+}
+
 Speculator::Speculator(Session &target, std::unique_ptr<Drafter> drafter, DraftParams p)
     : target_(target), drafter_(std::move(drafter)), p_(p) {
     check_draft_params(p_);
@@ -133,15 +173,10 @@ text::Step Speculator::step(text::Generation &gen, std::vector<int32_t> &tokens,
     const int64_t room = target_.n_ctx() - base;  // pending takes one cell, the draft the rest
     if (room < 1) fail("context overflow: no room for the next token in a context of {} (raise -c)", target_.n_ctx());
 
-    std::vector<int32_t> guess;
-    const int k = (int)std::min<int64_t>({(int64_t)p_.n_max, (int64_t)n_max, room - 1});
-    if (k > 0 && k >= p_.n_min) {
-        context_.assign(tokens.begin(), tokens.end());
-        context_.push_back(pending);
-        guess = drafter_->draft(context_, k);
-        if ((int)guess.size() > k) guess.resize((size_t)k);
-        if ((int)guess.size() < p_.n_min) guess.clear();  // too short to be worth a wider batch
-    }
+    context_.assign(tokens.begin(), tokens.end());
+    context_.push_back(pending);
+    const std::vector<int32_t> guess =
+        propose(*drafter_, p_, 0, context_, (int)std::min<int64_t>({(int64_t)p_.n_max, (int64_t)n_max, room - 1}));
 
     std::vector<int32_t> batch{pending};
     batch.insert(batch.end(), guess.begin(), guess.end());
@@ -150,31 +185,14 @@ text::Step Speculator::step(text::Generation &gen, std::vector<int32_t> &tokens,
     ++stats_.passes;
     stats_.drafted += (int64_t)guess.size();
 
-    // Row i: the target's logits after pending and guesses 0..i-1. A row is
-    // read only while every earlier guess was the target's own choice, so the
-    // text before it is the text plain decoding would have produced.
-    const size_t n_vocab = (size_t)target_.n_vocab();
-    const std::vector<float> &rows = target_.logits();
-    text::Step st;
-    size_t i = 0;
-    for (;; ++i) {
-        const std::span<const float> logits(rows.data() + i * n_vocab, n_vocab);
-        st = gen.next(logits);
-        if (st.token >= 0) ++stats_.decided;
-        if (on_step) on_step(st, logits);
-        const bool agreed = i < guess.size() && st.token == guess[i];
-        if (agreed) ++stats_.accepted;
-        // done: whatever the draft holds after an end of text, a stop string or
-        // the -n limit is never emitted
-        if (st.done || !agreed) break;
-    }
-    // batch positions 0..i stand (pending and the guesses emitted); the rest were rejected
-    const int64_t keep = base + (int64_t)i + 1;
+    const Verdict v = verify(gen, target_.logits().data(), (size_t)target_.n_vocab(), guess, stats_, on_step);
+    // the rejected guesses leave the cache
+    const int64_t keep = base + (int64_t)v.kept;
     if (keep < (int64_t)tokens.size()) {
         target_.kv().remove(0, (int32_t)keep);
         tokens.resize((size_t)keep);
     }
-    return st;
+    return v.last;
 }
 
 }  // namespace toy

@@ -48,33 +48,41 @@ struct DraftParams {
 void check_draft_params(const DraftParams &p);
 
 // Proposes tokens to follow `context`: every token so far (prompt and
-// output), the last one sampled but not yet evaluated by the target.
+// output), the last one sampled but not yet evaluated by the target. `seq`
+// names the conversation (the serving scheduler drafts for several, one per
+// sequence of its cache; a single conversation is sequence 0): a drafter that
+// keeps state keeps it per sequence.
 class Drafter {
 public:
     virtual ~Drafter() = default;
     // At most n_max tokens; fewer (or none) when it has no confident guess.
-    virtual std::vector<int32_t> draft(std::span<const int32_t> context, int n_max) = 0;
+    virtual std::vector<int32_t> draft(int32_t seq, std::span<const int32_t> context, int n_max) = 0;
     virtual std::string name() const = 0;  // for the statistics line
 };
 
 // A second model with the target's vocabulary drafting greedily (argmax).
-// Its cache holds a prefix of the context: the part that still agrees is
-// kept, the rest (rejected guesses, a shifted context) removed and the new
-// tokens evaluated before drafting.
+// Its cache holds, per sequence, a prefix of that sequence's context: the
+// part that still agrees is kept, the rest (rejected guesses, a shifted
+// context, another request on the same slot) removed and the new tokens
+// evaluated before drafting. Its session needs as many cells as the target
+// gives the sequences it drafts for.
 class DraftModel : public Drafter {
 public:
     // opts: the target's session options (context size, threads, cache
     // types); adapters are the target's, never applied here.
     DraftModel(const Model &model, SessionOptions opts, float p_min);
-    std::vector<int32_t> draft(std::span<const int32_t> context, int n_max) override;
+    std::vector<int32_t> draft(int32_t seq, std::span<const int32_t> context, int n_max) override;
     std::string name() const override;
     Session &session() { return session_; }
 
 private:
+    // evaluates `tokens` on `seq` from position `pos` on, keeping the last one's logits
+    void feed(int32_t seq, std::span<const int32_t> tokens, int32_t pos);
+
     const Model &model_;
     Session session_;
     float p_min_;
-    std::vector<int32_t> cached_;  // the tokens in session_'s cache, in order
+    std::vector<std::vector<int32_t>> cached_;  // per sequence: the tokens in session_'s cache, in order
 };
 
 // Prompt lookup decoding: the tokens that followed the most recent earlier
@@ -83,7 +91,7 @@ private:
 class PromptLookup : public Drafter {
 public:
     explicit PromptLookup(int ngram);  // throws toy::Error unless 1 <= ngram <= 64
-    std::vector<int32_t> draft(std::span<const int32_t> context, int n_max) override;
+    std::vector<int32_t> draft(int32_t seq, std::span<const int32_t> context, int n_max) override;
     std::string name() const override;
 
 private:
@@ -102,12 +110,34 @@ struct SpeculativeStats {
     double acceptance() const { return drafted ? (double)accepted / (double)drafted : 0.0; }
 };
 
+// Called for every decided position, in order, with the target's logits there.
+using OnStep = std::function<void(const text::Step &, std::span<const float> logits)>;
+
+// The two halves of a speculative pass, for callers that batch the target's
+// evaluation themselves (the serving scheduler puts every sequence's pending
+// token and guesses into one batch).
+//
+// propose: the drafter's guesses to follow `context` (its last token
+// pending), at most k; none when k or the draft is shorter than p.n_min.
+std::vector<int32_t> propose(Drafter &drafter, const DraftParams &p, int32_t seq, std::span<const int32_t> context,
+                             int k);
+
+// verify: `rows` holds the target's logits after the pending token and after
+// each guess (1 + guess.size() rows of n_vocab). Hands them to gen.next in
+// order while the guesses agree with its choices, calling on_step for each
+// decided position. `kept`: the batch positions that stand (the pending token
+// and the accepted guesses); the caller removes the rest from its cache.
+// gen.next's errors propagate.
+struct Verdict {
+    text::Step last;  // done, or holding the next pending token
+    size_t kept = 1;
+};
+Verdict verify(text::Generation &gen, const float *rows, size_t n_vocab, std::span<const int32_t> guess,
+               SpeculativeStats &stats, const OnStep &on_step);
+
 class Speculator {
 public:
     Speculator(Session &target, std::unique_ptr<Drafter> drafter, DraftParams p);
-
-    // Called for every decided position, in order, with the target's logits there.
-    using OnStep = std::function<void(const text::Step &, std::span<const float> logits)>;
 
     // `tokens`: the tokens in the target's cache (sequence 0, positions 0..);
     // `pending`: the token `gen` chose last, not yet evaluated. Drafts at

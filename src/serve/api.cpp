@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 namespace toy::serve {
 namespace {
@@ -97,6 +98,16 @@ Api::Api(ApiOptions opts) : opts_(std::move(opts)) {
         listen_fd_ = sock;
     });
     routes();
+}
+
+void Api::listen() {
+    http_.listen_after_bind();
+    listen_ended_ = true;
+}
+
+void Api::stop() {
+    while (!http_.is_running() && !listen_ended_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    http_.stop();
 }
 
 int Api::bind(const std::string &host, int port) {
@@ -193,9 +204,13 @@ void Api::routes() {
             "# HELP toy_requests_active Requests being decoded.\n# TYPE toy_requests_active gauge\ntoy_requests_active {}\n"
             "# HELP toy_requests_queued Requests waiting for a slot.\n# TYPE toy_requests_queued gauge\ntoy_requests_queued {}\n"
             "# HELP toy_kv_cells_used KV cache cells in use.\n# TYPE toy_kv_cells_used gauge\ntoy_kv_cells_used {}\n"
-            "# HELP toy_kv_cells KV cache cells.\n# TYPE toy_kv_cells gauge\ntoy_kv_cells {}\n",
+            "# HELP toy_kv_cells KV cache cells.\n# TYPE toy_kv_cells gauge\ntoy_kv_cells {}\n"
+            "# HELP toy_draft_tokens_total Speculative decoding: drafted tokens the model evaluated.\n"
+            "# TYPE toy_draft_tokens_total counter\ntoy_draft_tokens_total {}\n"
+            "# HELP toy_draft_tokens_accepted_total Speculative decoding: drafted tokens the model agreed with.\n"
+            "# TYPE toy_draft_tokens_accepted_total counter\ntoy_draft_tokens_accepted_total {}\n",
             s.requests, s.prompt_tokens, s.cached_tokens, s.generated_tokens, s.cancelled, s.active, s.queued, s.kv_used,
-            s.kv_size);
+            s.kv_size, s.drafted, s.accepted);
         res.set_content(text, "text/plain; version=0.0.4");
     }));
     http_.set_error_handler([](const httplib::Request &, httplib::Response &res) {

@@ -47,6 +47,11 @@ public:
     // a burst of connections would wait a second each for SYN retries: the
     // backlog is raised to 1024 here.
     int bind(const std::string &host, int port);
+    // Serves until stop(): call on a thread of its own after bind().
+    void listen();
+    // Ends listen(), from any thread, also when listen() has not got going yet
+    // (cpp-httplib's stop() does nothing then, and the listener would serve on).
+    void stop();
 
 private:
     void routes();
@@ -57,6 +62,7 @@ private:
     ApiOptions opts_;
     httplib::Server http_;
     std::atomic<bool> ready_{false};
+    std::atomic<bool> listen_ended_{false};
     const Model *model_ = nullptr;
     const text::Vocab *vocab_ = nullptr;
     const text::ChatTemplate *tmpl_ = nullptr;

@@ -71,8 +71,10 @@ struct Scheduler::Slot {
     bool active() const { return out != nullptr; }
 };
 
-Scheduler::Scheduler(const Model &model, const text::Vocab &vocab, const SessionOptions &session, const SchedulerOptions &opts)
-    : vocab_(vocab), opts_(opts), session_(model, session) {
+Scheduler::Scheduler(const Model &model, const text::Vocab &vocab, const SessionOptions &session, const SchedulerOptions &opts,
+                     std::unique_ptr<Drafter> drafter, const DraftParams &draft)
+    : vocab_(vocab), opts_(opts), session_(model, session), drafter_(std::move(drafter)), draft_(draft) {
+    if (drafter_) check_draft_params(draft_);
     if (opts.n_slots < 1 || opts.n_slots > KvCache::kMaxSeqs) {
         fail("-np {}: expected 1 to {} parallel sequences", opts.n_slots, KvCache::kMaxSeqs);
     }
@@ -274,15 +276,37 @@ bool Scheduler::step() {
         finish(*s, "stop");
     }
 
-    // one token for every generating sequence first, then prompt chunks
+    // every generating sequence's pending token (and guesses) first, then prompt chunks
     Batch batch;
-    std::vector<Slot *> row_slot;
+    struct Rows {
+        Slot *slot;
+        int64_t first;               // its first output row
+        std::vector<int32_t> guess;  // drafted tokens after the pending one
+        size_t base = 0;             // generating: the cache's length before the pending token
+    };
+    std::vector<Rows> rows;
+    int64_t n_out = 0;
+    SpeculativeStats spec;
     for (auto &s : slots_) {
         if (!s->active() || s->next_token < 0) continue;
-        batch.add(s->next_token, (int32_t)s->cached.size(), s->seq, true);
+        Rows r{s.get(), n_out, {}, s->cached.size()};
         s->cached.push_back(s->next_token);
+        if (drafter_) {
+            // no guess past the request's token limit or the slot's context
+            const int64_t left = s->gen->limits().max_tokens - (int64_t)s->gen->tokens().size() - 1;
+            const int64_t room = slot_ctx_ - (int64_t)s->cached.size();
+            r.guess = propose(*drafter_, draft_, s->seq, s->cached,
+                              (int)std::min<int64_t>({(int64_t)draft_.n_max, left, room}));
+        }
+        batch.add(s->next_token, (int32_t)r.base, s->seq, true);
+        for (int32_t t : r.guess) {
+            batch.add(t, (int32_t)s->cached.size(), s->seq, true);
+            s->cached.push_back(t);
+        }
+        spec.drafted += (int64_t)r.guess.size();
+        n_out += 1 + (int64_t)r.guess.size();
         s->next_token = -1;
-        row_slot.push_back(s.get());
+        rows.push_back(std::move(r));
     }
     for (auto &s : slots_) {
         if (!s->active() || s->fed >= s->req.prompt.size()) continue;
@@ -291,39 +315,46 @@ bool Scheduler::step() {
             batch.add(s->req.prompt[s->fed], (int32_t)s->fed, s->seq, last);
             s->cached.push_back(s->req.prompt[s->fed]);
             s->fed++;
-            if (last) row_slot.push_back(s.get());
+            if (last) rows.push_back({s.get(), n_out++, {}});
         }
     }
     if (batch.size() == 0) return false;
     make_room(batch.size());
     session_.decode(batch);
-    // output rows come in batch order, which is row_slot's order
+    // output rows come in batch order
     const int64_t V = session_.n_vocab();
-    for (size_t r = 0; r < row_slot.size(); ++r) {
-        Slot &s = *row_slot[r];
-        const std::span<const float> row{session_.logits().data() + r * V, (size_t)V};
-        text::Step st;
-        try {
-            st = s.gen->next(row);
-        } catch (const Error &e) {
-            finish(s, "error", e.what());  // this request's own failure (a grammar no token can continue)
-            continue;
-        }
-        if (st.token >= 0 && s.req.n_logprobs >= 0) s.logprobs.push_back(text::logprob_of(row, st.token, s.req.n_logprobs));
-        if (!st.text.empty()) {
+    for (Rows &r : rows) {
+        Slot &s = *r.slot;
+        auto emit = [&](const text::Step &st, std::span<const float> row) {
+            if (st.token >= 0 && s.req.n_logprobs >= 0) s.logprobs.push_back(text::logprob_of(row, st.token, s.req.n_logprobs));
+            if (st.text.empty()) return;
             Event piece;
             piece.text = st.text;
             piece.logprobs = std::move(s.logprobs);
             s.logprobs.clear();
             s.out->push(std::move(piece));
+        };
+        Verdict v;
+        try {
+            v = verify(*s.gen, session_.logits().data() + r.first * V, (size_t)V, r.guess, spec, emit);
+        } catch (const Error &e) {
+            finish(s, "error", e.what());  // this request's own failure (a grammar no token can continue)
+            continue;
         }
-        if (st.done) {
+        if (!r.guess.empty() && r.base + v.kept < s.cached.size()) {
+            // the rejected guesses leave the cache
+            session_.kv().remove(s.seq, (int32_t)(r.base + v.kept));
+            s.cached.resize(r.base + v.kept);
+        }
+        if (v.last.done) {
             finish(s, text::stop_reason_name(s.gen->reason()));
         } else {
-            s.next_token = st.token;
+            s.next_token = v.last.token;
         }
     }
     std::lock_guard lock(mu_);
+    stats_.drafted += spec.drafted;
+    stats_.accepted += spec.accepted;
     stats_.kv_used = session_.kv().n_used();
     stats_.active = std::count_if(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
     return true;

@@ -7,11 +7,15 @@
 // slot's, or another's cells shared into its sequence without copying K/V).
 // What a slot would throw away is kept as a spare sequence (a prompt cache in
 // the KV cache's free cells), the least recently used evicted when cells run
-// short.
+// short. With a drafter (speculative decoding), a generating sequence puts
+// its pending token and the drafter's guesses into the step's batch, and the
+// step decides as many of its tokens as the target agrees with
+// (runtime/speculative.h): the text is the same, with fewer steps.
 // HTTP threads submit() requests and read their Streams.
 #pragma once
 
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "text/generation.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
@@ -79,12 +83,17 @@ struct SchedulerStats {
     int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0;
     int64_t cancelled = 0;  // requests whose client went away before the end
     int64_t active = 0, queued = 0, kv_used = 0, kv_size = 0;
+    int64_t drafted = 0, accepted = 0;  // speculative decoding: guesses evaluated, and those that stood
 };
 
 class Scheduler {
 public:
     // The session's context is shared: each slot gets n_ctx / n_slots cells.
-    Scheduler(const Model &model, const text::Vocab &vocab, const SessionOptions &session, const SchedulerOptions &opts);
+    // drafter: null, or the speculative drafter (guessing as `draft` says),
+    // asked with slot numbers as sequences (a draft model needs a session of
+    // n_ctx cells for them).
+    Scheduler(const Model &model, const text::Vocab &vocab, const SessionOptions &session, const SchedulerOptions &opts,
+              std::unique_ptr<Drafter> drafter = nullptr, const DraftParams &draft = {});
     ~Scheduler();
     Scheduler(const Scheduler &) = delete;
     Scheduler &operator=(const Scheduler &) = delete;
@@ -114,6 +123,8 @@ private:
     const text::Vocab &vocab_;
     SchedulerOptions opts_;
     Session session_;
+    std::unique_ptr<Drafter> drafter_;
+    DraftParams draft_;
     int64_t slot_ctx_ = 0;
     std::vector<std::unique_ptr<Slot>> slots_;
     std::vector<Spare> spares_;

@@ -62,6 +62,7 @@ public:
     std::string flush();
 
     const std::vector<int32_t> &tokens() const { return tokens_; }
+    const GenerationLimits &limits() const { return limits_; }
     StopReason reason() const { return reason_; }
 
 private:

@@ -108,4 +108,26 @@ await check("curl -N: every event is 'data: ...' + a blank line, the last is [DO
 });
 
 server.kill();
+
+// speculative decoding (the model drafting for itself, and prompt lookup): the
+// same replies at temperature 0, and the drafts counted in /metrics
+for (const flags of [["-md", model, "--draft-max", "4"], ["--lookup-ngram", "2"]]) {
+  await check(`toy serve ${flags.join(" ")}: the same reply, drafts in /metrics`, async () => {
+    const spec = await startServer(toy, model, flags);
+    try {
+      const c = new OpenAI({ baseURL: `http://127.0.0.1:${spec.port}/v1`, apiKey: "none" });
+      const r = await c.chat.completions.create({ model: "any", messages, max_tokens: 12, temperature: 0 });
+      assert.equal(r.choices[0].message.content, whole);
+      const long = await c.completions.create({ model: "any", prompt: "Once upon a time", max_tokens: 64, temperature: 0 });
+      assert.equal(long.usage.completion_tokens, 64);
+      const metrics = await (await fetch(`http://127.0.0.1:${spec.port}/metrics`)).text();
+      const drafted = Number(metrics.match(/^toy_draft_tokens_total (\d+)$/m)[1]);
+      const accepted = Number(metrics.match(/^toy_draft_tokens_accepted_total (\d+)$/m)[1]);
+      assert.ok(drafted > 0 && accepted <= drafted, metrics);
+      if (flags[0] === "-md") assert.ok(accepted > 0, metrics);  // the model agrees with itself
+    } finally {
+      spec.server.kill();
+    }
+  });
+}
 process.exit(failed ? 1 : 0);
