@@ -1,6 +1,7 @@
 // Loading: per-head checkpoints, copies, requantization, and the errors a
 // malformed model or a bad request must produce.
 #include "core/error.h"
+#include "graph/packed_matmul.h"
 #include "gguf/gguf_writer.h"
 #include "model/init.h"
 #include "model/model.h"
@@ -124,6 +125,66 @@ TEST(Model, RequantizeToQ8) {
     auto s = test::compare_rows(got, ref, 512);
     EXPECT_LE(s.d_max, 2e-2);
     EXPECT_GE(s.argmax_equal, llama_q8.argmax_equal);
+}
+
+// --weight-type bf16: F16 matrices become BF16 at load, for the bfloat16 dot
+// product (toy's packed kernel where the CPU has AVX512_BF16, else ggml's).
+// The logits stay within the fixtures' bounds for F16 weights, and near
+// ggml's BF16 results, batched and token by token.
+TEST(Model, ConvertToBf16) {
+    const std::string name = "llama-untied.f16";
+    LoadOptions o;
+    o.weight_type = GGML_TYPE_BF16;
+    auto m = Model::load(test::fixture_path(name + ".gguf"), o);
+    EXPECT_EQ(m->weights().layers[0].ffn_down->type, GGML_TYPE_BF16);
+    EXPECT_EQ(m->weights().layers[0].attn_norm->type, GGML_TYPE_F32);
+    const int64_t shape[2] = {m->weights().layers[0].ffn_down->ne[0], m->weights().layers[0].ffn_down->ne[1]};
+    if (graph::packed_matmul_supports(GGML_TYPE_BF16, shape, 2)) {
+        EXPECT_GT(m->repacked_bytes(), 0u);
+    }
+    const auto tokens = fixture_tokens(name);
+    const auto ref = test::read_f32(test::fixture_path(name + ".logits.f32"));
+    const int64_t n_vocab = m->config().n_vocab;
+    const std::vector<float> got = batched_logits(*m, tokens);
+    const auto s = test::compare_rows(got, ref, n_vocab);
+    EXPECT_LE(s.d_max, 2e-2);
+    EXPECT_GE(s.argmax_equal, 0.95);
+
+    // against ggml's own BF16 matmul: rounding an input to bfloat16 is a step
+    // function, so a last-bit difference upstream (float sums in another
+    // order) can move an input by 2^-9 of itself; ggml's own batched and
+    // token-by-token paths differ by 7e-4 here, toy's and ggml's batched by 1.5e-3
+    o.repack = false;
+    auto plain = Model::load(test::fixture_path(name + ".gguf"), o);
+    EXPECT_EQ(plain->repacked_bytes(), 0u);
+    EXPECT_LE(test::compare_rows(got, batched_logits(*plain, tokens), n_vocab).d_max, 5e-3);
+    // one token at a time: the decode tiles
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.type_k = so.type_v = GGML_TYPE_F32;
+    so.flash_attn = FlashAttn::Off;
+    Session step(*m, so);
+    std::vector<float> stepwise;
+    for (int32_t t : tokens) {
+        step.eval(std::span<const int32_t>(&t, 1));
+        stepwise.insert(stepwise.end(), step.last_logits(), step.last_logits() + n_vocab);
+    }
+    EXPECT_LE(test::compare_rows(stepwise, got, n_vocab).d_max, 1e-3);
+
+    // a BF16 file (toy quantize: the embedding in BF16 too) on toy's kernel:
+    // also within the bounds
+    test::TempDir dir;
+    const std::string bf16 = dir.file("bf16.gguf");
+    const test::CommandResult q = test::run_toy("quantize " + test::fixture_path(name + ".gguf") + " " + bf16 + " BF16");
+    ASSERT_EQ(q.code, 0) << q.err;
+    auto file = Model::load(bf16);
+    EXPECT_EQ(file->weights().layers[0].ffn_down->type, GGML_TYPE_BF16);
+    const auto sf = test::compare_rows(batched_logits(*file, tokens), ref, n_vocab);
+    EXPECT_LE(sf.d_max, 2e-2);
+    EXPECT_GE(sf.argmax_equal, 0.95);
+    if (graph::packed_matmul_supports(GGML_TYPE_BF16, shape, 2)) {
+        EXPECT_GT(file->repacked_bytes(), 0u);
+    }
 }
 
 TEST(Model, ReadWeightDequantizes) {

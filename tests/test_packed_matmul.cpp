@@ -1,4 +1,4 @@
-// toy's packed Q8_0, F16, Q4_K and Q6_K kernels against ggml's own matmul: the
+// toy's packed Q8_0, F16, Q4_K, Q6_K and BF16 kernels against ggml's own matmul: the
 // same products up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, partial passes, several 64-column panels) and
 // for inputs that are views with strides.
@@ -48,8 +48,16 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
     KernelSetScope scope(set);
     if (!scope.ok()) GTEST_SKIP() << "this CPU does not run the " << set << " kernels";
     const int64_t shape[2] = {256, 16};
-    // (the AVX2 set runs packed F16 but does not pack it at load)
-    ASSERT_TRUE(graph::packed_matmul_supports(type, shape, 2) || (type == GGML_TYPE_F16 && set == "avx2"));
+    // (the AVX2 set runs packed F16 and BF16 but packs neither at load; the
+    // AVX-512 set packs BF16 where the CPU has AVX512_BF16)
+    const bool packs = graph::packed_matmul_supports(type, shape, 2);
+    if (type == GGML_TYPE_BF16 && set == "avx512" && !packs) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+    ASSERT_TRUE(packs || ((type == GGML_TYPE_F16 || type == GGML_TYPE_BF16) && set == "avx2"));
+    if (type == GGML_TYPE_BF16 && set == "avx2") {
+        // its tiles run what the AVX-512 set packed: only where that packs BF16
+        KernelSetScope native("avx512");
+        if (!native.ok() || !graph::packed_matmul_supports(type, shape, 2)) GTEST_SKIP() << "no packed BF16 on this CPU";
+    }
     std::mt19937 rng(11);
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (const Case &k : std::vector<Case>{{32, 16, 1, false},
@@ -68,8 +76,9 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                                            {512, 32, 2, false},
                                            {768, 48, 8, false},
                                            {512, 16, 11, false},
-                                           {256, 32, 130, true}}) {
-        const int64_t block = ggml_blck_size(type);
+                                           {256, 32, 130, true},
+                                           {34, 16, 3, false}}) {  // F16, BF16: an odd number of input pairs
+        const int64_t block = type == GGML_TYPE_BF16 ? 2 : ggml_blck_size(type);  // BF16 packs pairs of inputs
         if (k.n_in % block != 0) continue;
         SCOPED_TRACE(fmt::format("n_in {} n_out {} columns {}{}", k.n_in, k.n_out, k.cols, k.strided ? " strided" : ""));
         const int64_t wide = k.strided ? 2 * k.cols : k.cols;
@@ -91,6 +100,8 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         wf[k.n_in + 3] = 1000.0f;
         if (type == GGML_TYPE_F16) {
             ggml_fp32_to_fp16_row(wf.data(), static_cast<ggml_fp16_t *>(w->data), (int64_t)wf.size());
+        } else if (type == GGML_TYPE_BF16) {
+            ggml_fp32_to_bf16_row_ref(wf.data(), static_cast<ggml_bf16_t *>(w->data), (int64_t)wf.size());
         } else {
             ggml_quantize_chunk(type, wf.data(), w->data, 0, k.n_out, k.n_in, nullptr);
         }
@@ -110,9 +121,9 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
 
         ASSERT_EQ(ours->ne[0], k.n_out);
         ASSERT_EQ(ours->ne[1], k.cols);
-        // F16: the exact sum of the products of the fp16 weights and the
-        // fp16-rounded inputs, in double (ggml's F16 paths for many columns
-        // round differently, so each is held to the exact value)
+        // F16 (BF16): the exact sum of the products of the fp16 (bf16) weights
+        // and the inputs rounded the same way, in double (ggml's F16 paths for
+        // many columns round differently, so each is held to the exact value)
         std::vector<float> wd(wf.size());
         ggml_get_type_traits(type)->to_float(w->data, wd.data(), (int64_t)wd.size());
         auto exact = [&](int64_t r, int64_t c, double *mag) {
@@ -120,7 +131,8 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
             double sum = 0;
             *mag = 0;
             for (int64_t i = 0; i < k.n_in; ++i) {
-                const double xi = ggml_fp16_to_fp32(ggml_fp32_to_fp16(xc[i]));
+                const double xi = type == GGML_TYPE_BF16 ? ggml_bf16_to_fp32(ggml_fp32_to_bf16(xc[i]))
+                                                         : ggml_fp16_to_fp32(ggml_fp32_to_fp16(xc[i]));
                 sum += (double)wd[r * k.n_in + i] * xi;
                 *mag += std::fabs((double)wd[r * k.n_in + i] * xi);
             }
@@ -156,7 +168,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                     const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
-                } else if (type != GGML_TYPE_F16) {
+                } else if (type != GGML_TYPE_F16 && type != GGML_TYPE_BF16) {
                     // Q4_K, Q6_K: the exact sum of the products with the input as
                     // ggml quantizes it (Q8_K). ggml converts partial integer sums to
                     // float and adds them, where they may cancel (Q4_K's scale and
@@ -168,9 +180,11 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                     ASSERT_NEAR(a, e, tol) << "row " << r << " column " << c;
                     ASSERT_NEAR(b, e, 100 * tol) << "ggml, row " << r << " column " << c;
                 } else {
+                    // float32 sums of n products in another order: about
+                    // sqrt(n) roundings of the magnitude's size
                     double mag = 0;
                     const double e = exact(r, c, &mag);
-                    const double tol = 1e-6 * mag + 1e-7;
+                    const double tol = 1.2e-7 * std::sqrt((double)k.n_in) * mag + 1e-7;
                     worst = std::max(worst, std::fabs(a - e) / tol);
                     ASSERT_NEAR(a, e, tol) << "row " << r << " column " << c;
                     ASSERT_NEAR(b, e, 1e3 * tol) << "ggml, row " << r << " column " << c;
@@ -183,7 +197,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
-                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K),
+                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_BF16),
                                             ::testing::Values(std::string("avx512"), std::string("avx2"))),
                          [](const auto &info) {
                              return std::string(ggml_type_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);

@@ -119,7 +119,9 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("--hugepages", hugepages,
                    "transparent huge pages for copied weights: on, off, auto (on unless a VM hands free memory back "
                    "to its host)");
-    app.add_option("--weight-type", weight_type, "requantize F32/F16 linear weights at load: q8_0");
+    app.add_option("--weight-type", weight_type,
+                   "convert F32/F16 linear weights at load: q8_0, or bf16 (faster prompts on AVX512_BF16 CPUs, "
+                   "bfloat16 precision)");
     app.add_option("-c,--ctx-size", n_ctx, "context size in tokens (0: the model's, at most 4096)");
     app.add_option("-b,--batch-size", n_batch, "logical batch size");
     app.add_option("--ubatch-size", n_ubatch, "physical batch size (tokens per graph); also -ub");
@@ -142,8 +144,10 @@ LoadOptions ModelFlags::load_options() const {
         o.weight_type = GGML_TYPE_COUNT;
     } else if (weight_type == "q8_0") {
         o.weight_type = GGML_TYPE_Q8_0;
+    } else if (weight_type == "bf16") {
+        o.weight_type = GGML_TYPE_BF16;
     } else {
-        fail("--weight-type: expected q8_0, found '{}'", weight_type);
+        fail("--weight-type: expected q8_0 or bf16, found '{}'", weight_type);
     }
     o.split = split.options();
     return o;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace toy::graph::packed {
 
@@ -37,6 +38,11 @@ constexpr size_t kQ4D = 0, kQ4Dmin = 32, kQ4Sc = 64, kQ4Min = 192, kQ4Qs = 320, 
 // inputs two planes of the high 2 bits (plane h, bits 2t: inputs 16h + 4t..).
 constexpr size_t kQ6D = 0, kQ6Sc = 32, kQ6Ql = 288, kQ6Qh = 2336, kQ6Block = 3360;
 
+// BF16, per group and pair of inputs (2k, 2k+1): one vector of 16 rows x 2
+// bfloat16 (row r's 4 bytes: input 2k in the low half), so one VDPBF16PS
+// multiplies both inputs of all 16 rows by a broadcast pair of a column. Same
+// size as BF16. The input column: its values as bfloat16, in order (pairs).
+
 // A vector of 16 rows is 64 bytes: rows 0-7 in its first 32 bytes, rows
 // 8-15 in the second (the 256-bit kernels take a group as two halves).
 
@@ -49,14 +55,30 @@ constexpr size_t kPrefetchAhead = 4096;
 // prepared input: `depth` units (blocks, or inputs for F16) of the group at w.
 using TileFn = void (*)(const uint8_t *w, int64_t depth, const uint8_t *x, size_t x_stride, float *y, int64_t ldy);
 
+// float32 to bfloat16 as ggml converts a BF16 matmul's input: round to
+// nearest even, a NaN kept quiet.
+inline uint16_t bf16_round(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64);
+    return static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
+}
+inline void bf16_column(const float *x, int64_t n, uint8_t *out) {
+    for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = bf16_round(x[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+    }
+}
+
 struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
-    const TileFn *q8_0, *f16, *q4_k, *q6_k;  // each indexed by the column count
-    // whether F16 matrices are packed for this set at load (AVX2: no, ggml's
-    // tinyBLAS prompts are faster there; the tiles still run a packed F16)
-    bool pack_f16;
-    // one column of x prepared for an input form (Q8_0, Q8_K or F16), as ggml prepares it
+    const TileFn *q8_0, *f16, *q4_k, *q6_k, *bf16;  // each indexed by the column count
+    // whether F16 and BF16 matrices are packed for this set at load (AVX2:
+    // no, ggml's tinyBLAS prompts are faster there for F16; AVX-512: BF16
+    // where the CPU has AVX512_BF16; the tiles still run either layout)
+    bool pack_f16, pack_bf16;
+    // one column of x prepared for an input form (Q8_0, Q8_K, F16 or BF16), as ggml prepares it
     void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);
 };
 

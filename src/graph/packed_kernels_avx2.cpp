@@ -75,6 +75,8 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
         quantize_column_q8_0(x, n, out);
     } else if (form == GGML_TYPE_Q8_K) {
         quantize_column_q8_k(x, n, out);
+    } else if (form == GGML_TYPE_BF16) {
+        bf16_column(x, n, out);
     } else {
         auto *o = reinterpret_cast<float *>(out);
         for (int64_t i = 0; i < n; ++i) o[i] = fp16_round(x[i]);
@@ -167,6 +169,34 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
         if (k < n_in) {
             const __m256 w0 = _mm256_cvtph_ps(load128(w + 32 * k + 16 * h));
             for (int c = 0; c < C; ++c) acc[c][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(xc[c][k]), acc[c][0]);
+        }
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_add_ps(acc[c][0], acc[c][1]));
+    }
+}
+
+// BF16 without VDPBF16PS: a bfloat16 is the top half of a float32, so each
+// 32-bit lane (inputs 2p, 2p+1 of one row) gives both as floats by a shift
+// and a mask; exact products, as in ggml's BF16 dot product.
+inline __m256 bf16_lo(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+inline __m256 bf16_hi(__m256i v) { return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))); }
+
+template <int C>
+void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
+    const int64_t nb = n_pairs;  // for TOY_SPLIT_COLUMNS
+    const uint8_t *xq = x;
+    TOY_SPLIT_COLUMNS(bf16_tile, 4)
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[C][2];
+        for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+        for (int64_t p = 0; p < n_pairs; ++p) {
+            if (h == 0) prefetch_block<C>(w + 64 * p, 64);
+            const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 64 * p + 32 * h));
+            const __m256 w0 = bf16_lo(wv), w1 = bf16_hi(wv);
+            for (int c = 0; c < C; ++c) {
+                const __m256i xv = bcast4(x + c * x_stride + 4 * p);
+                acc[c][0] = _mm256_fmadd_ps(w0, bf16_lo(xv), acc[c][0]);
+                acc[c][1] = _mm256_fmadd_ps(w1, bf16_hi(xv), acc[c][1]);
+            }
         }
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_add_ps(acc[c][0], acc[c][1]));
     }
@@ -293,15 +323,18 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 #undef TOY_SPLIT_COLUMNS
 
 constexpr TileFn kQ8Tiles[9] = TOY_TILE_TABLE(q8_0_tile), kF16Tiles[9] = TOY_TILE_TABLE(f16_tile),
-                 kQ4KTiles[9] = TOY_TILE_TABLE(q4_k_tile), kQ6KTiles[9] = TOY_TILE_TABLE(q6_k_tile);
+                 kQ4KTiles[9] = TOY_TILE_TABLE(q4_k_tile), kQ6KTiles[9] = TOY_TILE_TABLE(q6_k_tile),
+                 kBf16Tiles[9] = TOY_TILE_TABLE(bf16_tile);
 
 }  // namespace
 
 const KernelSet *avx2_kernels() {
     // F16 is not packed by default: on the AVX-512 machine running this set
     // (ggml built for AVX2 only, TOY_AVX2_ONLY) SmolLM2 F16 prompts were
-    // 0.81-0.92x ggml's tinyBLAS, generation 1.06-1.19x (BENCHMARKS.md)
-    static const KernelSet set{"avx2", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, false, prepare};
+    // 0.81-0.92x ggml's tinyBLAS, generation 1.06-1.19x (BENCHMARKS.md).
+    // Nor is BF16 (not measured against ggml's on an AVX2 CPU); its tiles
+    // run matrices the AVX-512 set packed.
+    static const KernelSet set{"avx2", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, false, false, prepare};
     return &set;
 }
 

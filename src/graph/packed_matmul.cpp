@@ -54,6 +54,7 @@ bool format_of(ggml_type type, Format *f) {
     case GGML_TYPE_F16: *f = {1, kRows * sizeof(uint16_t), GGML_TYPE_F16}; return true;
     case GGML_TYPE_Q4_K: *f = {kQKK, kQ4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_BF16: *f = {2, kRows * 2 * sizeof(uint16_t), GGML_TYPE_BF16}; return true;
     default: return false;
     }
 }
@@ -63,6 +64,7 @@ size_t column_bytes(ggml_type input, int64_t n_in) {
     switch (input) {
     case GGML_TYPE_Q8_0: return n_in / kQK * kColBlock;
     case GGML_TYPE_Q8_K: return n_in / kQKK * kKColBlock;
+    case GGML_TYPE_BF16: return n_in * sizeof(uint16_t);
     default: return n_in * sizeof(float);
     }
 }
@@ -117,6 +119,16 @@ void pack_q8_0_group(const BlockQ8_0 *in, int64_t nb, uint8_t *out) {
 void pack_f16_group(const uint16_t *in, int64_t n_in, uint16_t *out) {
     for (int64_t k = 0; k < n_in; ++k) {
         for (int r = 0; r < kRows; ++r) *out++ = in[r * n_in + k];
+    }
+}
+
+// Row r's inputs 2p and 2p+1 side by side, the 16 rows of a pair in one vector.
+void pack_bf16_group(const uint16_t *in, int64_t n_in, uint16_t *out) {
+    for (int64_t k = 0; k < n_in; k += 2) {
+        for (int r = 0; r < kRows; ++r) {
+            *out++ = in[r * n_in + k];
+            *out++ = in[r * n_in + k + 1];
+        }
     }
 }
 
@@ -225,6 +237,7 @@ const TileFn *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_Q8_0: return k.q8_0;
     case GGML_TYPE_F16: return k.f16;
     case GGML_TYPE_Q4_K: return k.q4_k;
+    case GGML_TYPE_BF16: return k.bf16;
     default: return k.q6_k;
     }
 }
@@ -296,7 +309,8 @@ bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims) {
     Format f{};
     const bool matrix = n_dims == 2 || (n_dims > 2 && ne[2] == 1 && (n_dims < 4 || ne[3] == 1));
     const KernelSet *k = kernels();
-    return k && (type != GGML_TYPE_F16 || k->pack_f16) && matrix && format_of(type, &f) && ne[1] % kRows == 0 &&
+    return k && (type != GGML_TYPE_F16 || k->pack_f16) && (type != GGML_TYPE_BF16 || (k->bf16 && k->pack_bf16)) &&
+           matrix && format_of(type, &f) && ne[1] % kRows == 0 &&
            ne[0] % f.unit == 0;
 }
 
@@ -336,6 +350,9 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
             pack_f16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;
         case GGML_TYPE_Q4_K: pack_q4_k_group(reinterpret_cast<const BlockQ4K *>(s), depth, d); break;
+        case GGML_TYPE_BF16:
+            pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
+            break;
         default: pack_q6_k_group(reinterpret_cast<const BlockQ6K *>(s), depth, d); break;
         }
     });
@@ -348,7 +365,7 @@ ggml_type packed_input_type(ggml_type type) {
 
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type) {
     const Format f = checked_format(x, type);
-    static const ggml_type kForms[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_K, GGML_TYPE_F16};
+    static const ggml_type kForms[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_K, GGML_TYPE_F16, GGML_TYPE_BF16};
     const ggml_type *form = std::find(std::begin(kForms), std::end(kForms), f.input);
     ggml_tensor *args[] = {x};
     return ggml_custom_4d(ctx, GGML_TYPE_I8, (int64_t)column_bytes(f.input, x->ne[0]), columns(x), 1, 1, args, 1,

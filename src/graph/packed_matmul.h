@@ -1,4 +1,4 @@
-// toy's own matrix-multiply kernels for Q8_0, F16, Q4_K and Q6_K weights on
+// toy's own matrix-multiply kernels for Q8_0, F16, Q4_K, Q6_K and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time), where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
@@ -23,6 +23,11 @@
 //   exact int32 sums, the mins (Q4_K) and the offset 32 (Q6_K) taken back
 //   with the input's sums of 32 and 16 values. Q6_K keeps its size, Q4_K
 //   grows 2.8% (its 6-bit scales stored as bytes).
+// - BF16 (CPUs with AVX512_BF16): per pair of inputs, the 16 rows' two
+//   bfloat16 side by side; VDPBF16PS against the input rounded to bfloat16
+//   as ggml rounds it, each product exact in float32. Same size as BF16.
+//   BF16 files, and F16 ones loaded with --weight-type bf16 (twice F16's
+//   multiply-adds per instruction).
 //
 // In the graph, y = W x is two custom ops: x prepared for the type (quantized
 // per 32 or 256 values, or rounded to fp16), then the products; for a few
@@ -39,10 +44,11 @@
 
 namespace toy::graph {
 
-// Whether a kernel takes a matrix of this type and shape: Q8_0, F16, Q4_K or
-// Q6_K, 2-D, n_out a multiple of 16, on a CPU that runs one of the kernel
-// sets (AVX-512 VNNI, else AVX2 + FMA + F16C, without F16; chosen at run
-// time). False elsewhere, where ggml's own kernels run.
+// Whether a kernel takes a matrix of this type and shape: Q8_0, F16, Q4_K,
+// Q6_K or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
+// runs one of the kernel sets (AVX-512 VNNI, BF16 only with AVX512_BF16;
+// else AVX2 + FMA + F16C, without F16 and BF16; chosen at run time). False
+// elsewhere, where ggml's own kernels run.
 bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 
 // The kernel set in use: "avx512", "avx2" or "none". The best the CPU runs,
@@ -80,8 +86,8 @@ bool packed_input_inline(const ggml_tensor *x);
 ggml_type packed_input_type(ggml_type type);
 
 // x [n_in, ...] prepared for packed_mul_mat by a matrix of `type` (Q8_0,
-// Q4_K, Q6_K: quantized as ggml quantizes that matmul's input; F16: rounded
-// through fp16, as ggml does).
+// Q4_K, Q6_K: quantized as ggml quantizes that matmul's input; F16, BF16:
+// rounded through fp16 or to bfloat16, as ggml does).
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type);
 
 }  // namespace toy::graph

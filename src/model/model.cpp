@@ -221,8 +221,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     const gguf::File &f = *m->file_;
     m->cfg_ = Config::from_gguf(f);
     const Config &c = m->cfg_;
-    if (opts.weight_type != GGML_TYPE_COUNT && opts.weight_type != GGML_TYPE_Q8_0) {
-        fail("weight type {}: toy can requantize weights to q8_0 only", ggml_type_name(opts.weight_type));
+    if (opts.weight_type != GGML_TYPE_COUNT && opts.weight_type != GGML_TYPE_Q8_0 && opts.weight_type != GGML_TYPE_BF16) {
+        fail("weight type {}: toy can requantize weights to q8_0 or bf16 only", ggml_type_name(opts.weight_type));
     }
 
     if ((size_t)c.n_layer > f.tensors().size()) {
@@ -269,11 +269,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             }
         }
         check_type(f, spec, src.type);
-        const bool requant = opts.weight_type == GGML_TYPE_Q8_0 &&
+        const bool requant = opts.weight_type != GGML_TYPE_COUNT &&
                              (spec.role == TensorRole::Linear || spec.role == TensorRole::Experts) &&
                              (src.type == GGML_TYPE_F32 || src.type == GGML_TYPE_F16) &&
-                             spec.ne[0] % ggml_blck_size(GGML_TYPE_Q8_0) == 0;
-        Entry e{spec.name,      spec.ne, spec.role, spec.slot, std::move(src), requant ? GGML_TYPE_Q8_0 : GGML_TYPE_COUNT,
+                             spec.ne[0] % ggml_blck_size(opts.weight_type) == 0;
+        Entry e{spec.name,      spec.ne, spec.role, spec.slot, std::move(src), requant ? opts.weight_type : GGML_TYPE_COUNT,
                 spec.layer};
         if (!requant) e.type = e.src.type;
         std::array<int64_t, 4> ne4{1, 1, 1, 1};
