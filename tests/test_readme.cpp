@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +25,23 @@ using toy::test::run_command;
 using toy::test::shell_quote;
 
 namespace {
+
+// A port no one listens on now (the kernel's choice for port 0), so parallel
+// test runs and other servers on the machine do not collide.
+int free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 18080;
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) close(fd);
+    return port;
+}
 
 // The README's sh commands: continuation lines joined, comments dropped.
 std::vector<std::string> readme_commands() {
@@ -98,7 +117,7 @@ TEST(Readme, EveryCommandRuns) {
         cmd = std::regex_replace(cmd, std::regex(R"(^build/toy)"), toy);
         if (cmd.find(" serve ") != std::string::npos) {
             // started in the background on a free port; the README's curl (the next command) talks to it
-            const int port = 18000 + (int)(getpid() % 2000);
+            const int port = free_port();
             cmd = std::regex_replace(cmd, std::regex("--port 8080"), "--port " + std::to_string(port));
             const pid_t pid = fork();
             ASSERT_GE(pid, 0);
