@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace toy::graph::packed {
 
@@ -54,21 +53,6 @@ constexpr size_t kPrefetchAhead = 4096;
 // y[c * ldy + r] for a group's 16 rows and `n` (1..max_cols) columns of
 // prepared input: `depth` units (blocks, or inputs for F16) of the group at w.
 using TileFn = void (*)(const uint8_t *w, int64_t depth, const uint8_t *x, size_t x_stride, float *y, int64_t ldy);
-
-// float32 to bfloat16 as ggml converts a BF16 matmul's input: round to
-// nearest even, a NaN kept quiet.
-inline uint16_t bf16_round(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64);
-    return static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
-}
-inline void bf16_column(const float *x, int64_t n, uint8_t *out) {
-    for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = bf16_round(x[i]);
-        std::memcpy(out + 2 * i, &h, 2);
-    }
-}
 
 struct KernelSet {
     const char *name;

@@ -76,7 +76,7 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
     } else if (form == GGML_TYPE_Q8_K) {
         quantize_column_q8_k(x, n, out);
     } else if (form == GGML_TYPE_BF16) {
-        bf16_column(x, n, out);
+        ggml_fp32_to_bf16_row_ref(x, reinterpret_cast<ggml_bf16_t *>(out), n);  // ggml's rounding: nearest even
     } else {
         auto *o = reinterpret_cast<float *>(out);
         for (int64_t i = 0; i < n; ++i) o[i] = fp16_round(x[i]);

@@ -292,7 +292,7 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
     } else if (form == GGML_TYPE_Q8_K) {
         quantize_column_q8_k(x, n, out);
     } else if (form == GGML_TYPE_BF16) {
-        bf16_column(x, n, out);
+        ggml_fp32_to_bf16_row_ref(x, reinterpret_cast<ggml_bf16_t *>(out), n);  // ggml's rounding: nearest even
     } else {
         round_column(x, n, reinterpret_cast<float *>(out));
     }
