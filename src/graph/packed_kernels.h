@@ -82,7 +82,9 @@ struct KernelSet {
 
 // The sets this build has for its CPU architecture (null where it has none);
 // whether the CPU runs them is the caller's question.
-const KernelSet *avx512_kernels();
+// with_bf16: the AVX-512 set that also runs and packs BF16 (VDPBF16PS, for
+// CPUs with AVX512_BF16); otherwise BF16 is left to ggml.
+const KernelSet *avx512_kernels(bool with_bf16);
 const KernelSet *avx2_kernels();
 
 }  // namespace toy::graph::packed

@@ -341,12 +341,10 @@ constexpr TileFn kBf16Tiles[9] = TOY_TILE_TABLE(bf16_tile);
 
 }  // namespace
 
-const KernelSet *avx512_kernels() {
-    __builtin_cpu_init();
-    static const bool bf16 = __builtin_cpu_supports("avx512bf16");
-    static const KernelSet set{"avx512", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, bf16 ? kBf16Tiles : nullptr,
-                               true, bf16, prepare};
-    return &set;
+const KernelSet *avx512_kernels(bool with_bf16) {
+    static const KernelSet plain{"avx512", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, nullptr, true, false, prepare},
+        bf16{"avx512", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, true, true, prepare};
+    return with_bf16 ? &bf16 : &plain;
 }
 
 }  // namespace toy::graph::packed
@@ -356,7 +354,7 @@ TOY_TARGET_END
 #else
 
 namespace toy::graph::packed {
-const KernelSet *avx512_kernels() { return nullptr; }
+const KernelSet *avx512_kernels(bool) { return nullptr; }
 }  // namespace toy::graph::packed
 
 #endif

@@ -195,7 +195,7 @@ const KernelSet *cpu_best() {
     const bool base = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     if (base && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni")) {
-        return avx512_kernels();
+        return avx512_kernels(__builtin_cpu_supports("avx512bf16"));
     }
     if (base) return avx2_kernels();
 #endif
@@ -207,7 +207,7 @@ const KernelSet *runnable(std::string_view name) {
     if (!best || name == "off") return nullptr;
     if (name == best->name) return best;
     // an AVX-512 CPU also runs the AVX2 set
-    if (name == "avx2" && best == avx512_kernels()) return avx2_kernels();
+    if (name == "avx2" && std::string_view(best->name) == "avx512") return avx2_kernels();
     return nullptr;
 }
 
