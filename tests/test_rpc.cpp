@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -95,6 +96,7 @@ struct Server {
     ~Server() {
         if (pid > 0) {
             kill(pid, SIGTERM);
+            kill(pid, SIGCONT);  // one a test stopped
             waitpid(pid, nullptr, 0);
         }
     }
@@ -312,35 +314,56 @@ TEST(Split, LayersOnTwoServersGiveTheLocalLogits) {
     }
 }
 
-TEST(Split, AServerThatDiesMidRunIsAOneLineError) {
-    Server server;
-    ASSERT_TRUE(server.started());
+// What a long generation split to `server` prints on stderr after the line
+// `toy: split: ...`, with its exit code, when `act` is done to the server
+// once the first tokens arrived. (A client that hangs is ended by timeout, 124.)
+test::CommandResult interrupted_generation(Server &server, const std::function<void()> &act, const std::string &flags = "") {
     test::TempDir dir;
     const std::string err = dir.file("err");
-    // a long generation (bounded by timeout, should the client hang)
     const std::string cmd = "timeout 120 " + test::shell_quote(TOY_BIN) + " run -m " +
                             test::fixture_path("llama-256.q8_0.gguf") + " -p hello -n 30000 -c 32768 --ignore-eos -t 1 --rpc " +
-                            server.endpoint() + " 2>" + err;
+                            server.endpoint() + " " + flags + " 2>" + err;
     FILE *out = popen(cmd.c_str(), "r");
-    ASSERT_NE(out, nullptr);
+    EXPECT_NE(out, nullptr);
+    if (!out) return {};
     char buf[4096];
-    size_t got = fread(buf, 1, 64, out);  // generation under way
-    EXPECT_GT(got, 0u);
-    kill(server.pid, SIGKILL);
-    waitpid(server.pid, nullptr, 0);
-    server.pid = -1;
+    EXPECT_GT(fread(buf, 1, 64, out), 0u);  // generation under way
+    act();
     while (fread(buf, 1, sizeof buf, out) > 0) {
     }
     const int status = pclose(out);
-    ASSERT_TRUE(WIFEXITED(status));
-    test::CommandResult r;
-    r.code = WEXITSTATUS(status);  // 124 would be a hang
+    EXPECT_TRUE(WIFEXITED(status));
     std::ifstream e(err);
-    r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-    // "toy: split: ..." first, then the error
-    const std::string last = r.err.substr(r.err.find('\n') + 1);
-    test::CommandResult tail{r.code, "", last};
-    expect_one_line_error(tail, "toy: error: ggml: Remote RPC server crashed");
+    const std::string all((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, "", all.substr(all.find('\n') + 1)};
+}
+
+TEST(Split, AServerThatDiesMidRunIsAOneLineError) {
+    Server server;
+    ASSERT_TRUE(server.started());
+    const test::CommandResult r = interrupted_generation(server, [&] {
+        kill(server.pid, SIGKILL);
+        waitpid(server.pid, nullptr, 0);
+        server.pid = -1;
+    });
+    expect_one_line_error(r, "toy: error: ggml: Remote RPC server crashed");
+}
+
+// A server that stops answering but keeps its connections (a suspended
+// process; a frozen machine) would leave ggml's client waiting forever.
+TEST(Split, AServerThatStopsAnsweringIsAOneLineErrorAfterTheTimeout) {
+    Server server;
+    ASSERT_TRUE(server.started());
+    const auto t0 = std::chrono::steady_clock::now();
+    const test::CommandResult r = interrupted_generation(server, [&] { kill(server.pid, SIGSTOP); }, "--rpc-timeout 1.5");
+    expect_one_line_error(r, "no answer from RPC server " + server.endpoint() + " for 1.5 s while computing a batch");
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));
+    // stopped before the client starts: it accepts the connection (the kernel
+    // does), and never says hello
+    const std::string m = " logits -m " + test::fixture_path("llama-256.q8_0.gguf") + " --tokens 1,2 -o /dev/null --rpc " + server.endpoint();
+    expect_one_line_error(test::run_command("timeout 60 " + test::shell_quote(TOY_BIN) + m + " --rpc-timeout 1"),
+                          "for 1 s while connecting");
+    expect_one_line_error(run_toy(m + " --rpc-timeout -1"), "--rpc-timeout: expected seconds from 0 (wait forever)");
 }
 
 // The columns loss and grad_norm of a toy train --log CSV, row by row.

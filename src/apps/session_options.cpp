@@ -11,6 +11,7 @@
 #include "runtime/devices.h"
 #include "runtime/kv_cache.h"
 
+#include <cmath>
 #include <cstdlib>
 
 namespace toy::cli {
@@ -61,8 +62,16 @@ SplitOptions SplitFlags::options() const {
         for (const std::string &d : o.devices)
             if (d.empty()) fail("--device: expected names such as RPC0,RPC1 (or none), found '{}'", device);
     }
-    if (!rpc.empty()) add_rpc_servers(rpc);
+    add_servers();
     return o;
+}
+
+void SplitFlags::add_servers() const {
+    if (rpc.empty()) return;
+    if (!(rpc_timeout >= 0 && rpc_timeout <= 1e6)) {
+        fail("--rpc-timeout: expected seconds from 0 (wait forever) to 1000000, found {}", rpc_timeout);
+    }
+    add_rpc_servers(rpc, std::chrono::milliseconds((long long)std::ceil(rpc_timeout * 1000)));
 }
 
 void print_devices() {
@@ -87,11 +96,14 @@ void SplitFlags::add_to(CLI::App &app) {
     app.add_option("--device", device, "offload devices by name, comma-separated, or none (see --list-devices); also -dev");
     app.add_option("--rpc", rpc, "ggml RPC servers host:port[,host:port...] (toy rpc-server, llama.cpp's rpc-server) "
                                  "to offload blocks to");
-    // after --rpc, whose value it uses (CLI11 runs callbacks in this order)
+    app.add_option("--rpc-timeout", rpc_timeout,
+                   "seconds to wait for an RPC server's answer before giving up with an error (0: forever)")
+        ->default_str(fmt::format("{}", rpc_timeout));
+    // after --rpc and --rpc-timeout, whose values it uses (CLI11 runs callbacks in this order)
     app.add_flag_callback(
         "--list-devices",
         [this] {
-            if (!rpc.empty()) add_rpc_servers(rpc);
+            add_servers();
             print_devices();
             throw CLI::Success();
         },

@@ -6,6 +6,7 @@
 
 #include "model/lora_adapter.h"
 #include "model/model.h"
+#include "runtime/devices.h"
 #include "runtime/session.h"
 #include "runtime/speculative.h"
 #include "text/vocab.h"
@@ -40,11 +41,15 @@ struct SplitFlags {
     int main_gpu = 0;
     std::string device;
     std::string rpc;
+    double rpc_timeout = (double)kRpcTimeoutDefault.count();  // seconds; 0: wait forever
 
     void add_to(CLI::App &app);
     // The split, checked (an error names its flag); adds the --rpc servers
     // first (once), so that their devices can take blocks.
     SplitOptions options() const;
+
+private:
+    void add_servers() const;  // --rpc's servers, with --rpc-timeout
 };
 
 struct ModelFlags {

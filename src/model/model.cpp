@@ -3,6 +3,7 @@
 #include "core/ggml_log.h"
 #include "core/memory.h"
 #include "core/progress.h"
+#include "core/remote_wait.h"
 #include "graph/packed_matmul.h"
 
 #include <ggml-alloc.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <sys/mman.h>
 
@@ -206,6 +208,7 @@ static std::vector<uint8_t> convert_source(const Model::Source &src, ggml_type t
 }
 
 Model::~Model() {
+    RemoteWait wait("freeing the weights");
     for (auto *b : extra_bufs_) ggml_backend_buffer_free(b);
     for (auto *b : device_bufs_) ggml_backend_buffer_free(b);
     if (packed_buf_) ggml_backend_buffer_free(packed_buf_);
@@ -376,6 +379,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     }
     // each buffer type of its own and the bytes its tensors take there, asked
     // once (an RPC device answers some sizes over the network)
+    std::optional<RemoteWait> allocating(std::in_place, "allocating the weights");
     std::vector<std::pair<ggml_backend_buffer_type_t, size_t>> own_bufts;
     for (const Plan &p : plans) {
         if (!p.buft) continue;
@@ -411,6 +415,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
             }
         }
     }
+    allocating.reset();
     size_t packed_size = 0;
     auto packed_bytes = [](const ggml_tensor *t) { return graph::packed_size(t->type, t->ne[0], t->ne[1]); };
     for (const Plan &p : plans) packed_size += p.packed ? GGML_PAD(packed_bytes(p.t), kPackedAlign) : 0;
@@ -454,6 +459,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         if (!as_is) bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
         const void *src = as_is ? p.e->src.parts[0] : bytes.data();
         if (!p.packed) {
+            RemoteWait copying("copying the weights");
             ggml_backend_tensor_set(p.t, src, 0, ggml_nbytes(p.t));
         } else {
             graph::pack_matrix(p.t->type, src, p.t->data, p.t->ne[0], p.t->ne[1], /*all threads*/ 0);

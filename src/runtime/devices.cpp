@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/lists.h"
+#include "core/remote_wait.h"
 
 #include <ggml-backend.h>
 #if defined(TOY_HAVE_RPC)
@@ -83,7 +84,7 @@ const char *type_name(enum ggml_backend_dev_type t) {
 
 }  // namespace
 
-void add_rpc_servers(const std::string &list) {
+void add_rpc_servers(const std::string &list, std::chrono::milliseconds timeout) {
     std::vector<std::string> endpoints = split_list(list);
     for (const std::string &e : endpoints)
         if (e.empty()) fail("--rpc: expected host:port[,host:port...], found '{}'", list);
@@ -99,7 +100,12 @@ void add_rpc_servers(const std::string &list) {
     // died would end this process with SIGPIPE, silently. Ignored, the write
     // fails and ggml stops with a message (one line from the CLI, main.cpp).
     if (!endpoints.empty()) std::signal(SIGPIPE, SIG_IGN);
+    std::string all;  // the message names every server: which one stalled, ggml does not say
+    for (const std::vector<std::string> *v : {added, &endpoints})
+        for (const std::string &e : *v) all += (all.empty() ? "" : ",") + e;
+    set_remote_wait_limit(timeout, all);
     for (const std::string &e : endpoints) {
+        RemoteWait wait("connecting");  // a server that accepts connections but never answers
         ggml_backend_reg_t reg = ggml_backend_rpc_add_server(e.c_str());
         if (!reg) fail("RPC server {}: ggml could not add it (a different protocol version?)", e);
         ggml_backend_register(reg);

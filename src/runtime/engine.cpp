@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/remote_wait.h"
 
 #include <algorithm>
 
@@ -20,6 +21,7 @@ Engine::Engine(int n_threads, std::span<const ggml_backend_dev_t> devices) {
     }
     ggml_backend_cpu_set_threadpool(backend_, threadpool_);
     for (ggml_backend_dev_t d : devices) {
+        RemoteWait wait("starting a backend");
         ggml_backend_t b = ggml_backend_dev_init(d, nullptr);
         if (!b) {
             const std::string name = ggml_backend_dev_name(d);
@@ -33,6 +35,7 @@ Engine::Engine(int n_threads, std::span<const ggml_backend_dev_t> devices) {
 Engine::~Engine() { release(); }
 
 void Engine::release() {
+    RemoteWait wait("closing the backends");
     for (ggml_backend_t b : offload_) ggml_backend_free(b);
     offload_.clear();
     ggml_backend_free(backend_);

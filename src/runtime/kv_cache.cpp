@@ -1,6 +1,7 @@
 #include "runtime/kv_cache.h"
 
 #include "core/error.h"
+#include "core/remote_wait.h"
 #include "runtime/inputs.h"
 
 #include <ggml-backend.h>
@@ -66,6 +67,7 @@ KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type
         kv_.k.push_back(k);
         kv_.v.push_back(v);
     }
+    RemoteWait wait("allocating the KV cache");
     for (size_t d = 0; d < devices.size(); ++d) {
         ggml_backend_buffer_type_t buft = devices[d] ? ggml_backend_dev_buffer_type(devices[d]) : engine.buffer_type();
         ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctxs_[d], buft);
@@ -81,6 +83,7 @@ KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type
 KvCache::~KvCache() { release(); }
 
 void KvCache::release() {
+    RemoteWait wait("freeing the KV cache");
     for (auto *b : bufs_) ggml_backend_buffer_free(b);
     for (auto *c : ctxs_) ggml_free(c);
     bufs_.clear();

@@ -1,5 +1,6 @@
 #include "runtime/session.h"
 
+#include "core/remote_wait.h"
 #include "runtime/inputs.h"
 
 #include <ggml-cpu.h>
@@ -162,6 +163,7 @@ void Session::decode_ubatch(const Batch &ub, float *out) {
     if (!(shape == shape_)) build_graph(T, n_kv, n_out);
     set_inputs(ub, cells, rows);
     trace_.graph++;
+    RemoteWait wait("computing a batch");
     if (ggml_backend_sched_graph_compute(sched_, gf_) != GGML_STATUS_SUCCESS) fail("graph computation failed");
     if (!discard) ggml_backend_tensor_get(g_.logits, out, 0, (size_t)n_out * n_vocab() * sizeof(float));
 }

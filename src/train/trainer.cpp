@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "core/error.h"
+#include "core/remote_wait.h"
 #include "graph/backward.h"
 #include "graph/blocks.h"
 #include "graph/custom_ops.h"
@@ -154,6 +155,7 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
         ggml_backend_tensor_set(lg.loss_grad, &one, 0, sizeof(float));
     }
     trace_.graph++;
+    RemoteWait wait("computing a training batch");
     if (ggml_backend_sched_graph_compute(lg.sched, lg.gf) != GGML_STATUS_SUCCESS) fail("training graph computation failed");
     float loss = 0.0f;
     ggml_backend_tensor_get(lg.loss, &loss, 0, sizeof(float));
