@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 MODEL ?= models/toy-stories.gguf
 
-.PHONY: all deps configure build run test test-asan test-tsan fuzz clean default-model
+.PHONY: all deps configure build run test test-asan test-tsan build-cuda fuzz clean default-model
 
 all: build
 
@@ -53,6 +53,23 @@ test-tsan:
 	cmake --build build-tsan -j $(JOBS) --target toy_tests toy
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Constrained|Parity.*Sequences'
+
+# ggml's CUDA backend and toy with it in build-cuda/, a compile check that
+# needs no GPU (not part of `make test`: ggml's CUDA kernels take long to
+# build): Debian's CUDA toolkit (11.8, scripts/install-cuda.sh), host compiler
+# g++-11 (its nvcc does not take g++ 12), for CUDA_ARCHS: by default PTX for
+# compute 8.0, which the driver compiles for any GPU from Ampere on (H100
+# included; ggml's Hopper code, sm_90, needs a newer toolkit than 11.8).
+# /usr/bin comes first in PATH: Debian's nvcc calls ptxas and friends by
+# name, and another toolkit (/usr/local/cuda) may be on the PATH before it.
+CUDA_ARCHS ?= 80-virtual
+build-cuda:
+	@$(MAKE) --no-print-directory deps
+	@scripts/install-cuda.sh
+	rm -f build-cuda/CMakeCache.txt
+	PATH=/usr/bin:$$PATH cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DTOY_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/bin/nvcc \
+	  -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/cuda-g++ -DCMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCHS)"
+	PATH=/usr/bin:$$PATH cmake --build build-cuda -j $(JOBS)
 
 # libFuzzer targets (fuzz/README.md) under ASan + UBSan in build-fuzz/, one
 # after another, FUZZ_SECONDS each (FUZZ_TARGETS: a subset; FUZZ_RUNS=N runs

@@ -7,6 +7,7 @@
 // --split-mode, --device): the local run's logits, prompt and decode paths;
 // a server that dies mid-run and a split that does not fit are one-line
 // errors; so is every bad split flag, before loading.
+#include "core/lists.h"
 #include "test_util.h"
 
 #include <ggml-backend.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -366,52 +368,81 @@ TEST(Split, AServerThatStopsAnsweringIsAOneLineErrorAfterTheTimeout) {
     expect_one_line_error(run_toy(m + " --rpc-timeout -1"), "--rpc-timeout: expected seconds from 0 (wait forever)");
 }
 
-// The columns loss and grad_norm of a toy train --log CSV, row by row.
-std::vector<std::string> loss_columns(const std::string &csv) {
+// The columns loss, val_loss and grad_norm of a toy train --log CSV, row by row.
+std::vector<std::array<double, 3>> loss_columns(const std::string &csv) {
     std::ifstream in(csv);
-    std::vector<std::string> rows;
+    std::vector<std::array<double, 3>> rows;
     std::string line;
     std::getline(in, line);  // header: step,epoch,loss,val_loss,lr,grad_norm,...
     while (std::getline(in, line)) {
-        std::vector<std::string> f;
-        size_t start = 0;
-        for (size_t comma; (comma = line.find(',', start)) != std::string::npos; start = comma + 1) f.push_back(line.substr(start, comma - start));
-        rows.push_back(f.at(2) + " " + f.at(3) + " " + f.at(5));
+        const std::vector<std::string> f = toy::split_list(line);
+        auto num = [](const std::string &v) { return v.empty() ? -1.0 : std::stod(v); };
+        rows.push_back({num(f.at(2)), num(f.at(3)), num(f.at(5))});
     }
     return rows;
 }
 
-TEST(Split, LoraTrainingOnASplitBaseFollowsTheLocalRun) {
+// Training with blocks on an RPC server: the frozen base and the adapters of
+// its blocks (LoRA), or each block's parameters, gradients and AdamW or SGD
+// moments (full fine-tune), live on the server and are updated there by
+// ggml's ops. The same run on the CPU (toy's own kernels for the gradient
+// products and the update) gives the same loss curve and the same weights,
+// within float rounding.
+TEST(Split, TrainingOnASplitModelFollowsTheLocalRun) {
     Server server;
     ASSERT_TRUE(server.started());
     test::TempDir dir;
-    const std::string text = dir.file("stories.txt");
+    const std::string text = dir.file("stories.txt"), stories = test::fixture_path("../models/stories260K.gguf");
     {
         std::ofstream out(text);
         for (int i = 0; i < 12; ++i) out << "Once upon a time there was a little girl named Lily. She liked to play outside. ";
     }
-    const std::string base = "train -m " + test::fixture_path("../models/stories260K.gguf") + " -f " + text +
-                             " --lora-rank 2 --lora-targets all --steps 3 -c 32 -t 2 --val-split 0.2 -q ";
-    const test::CommandResult local = run_toy(base + "-o " + dir.file("a.gguf") + " --log " + dir.file("a.csv"));
-    ASSERT_EQ(local.code, 0) << local.err;
-    // the frozen base on the server (the head stays on the CPU, where the loss is computed)
-    const std::string rpc = "--rpc " + server.endpoint();
-    const test::CommandResult split = run_toy(base + rpc + " -ngl 99 -o " + dir.file("b.gguf") + " --log " + dir.file("b.csv"));
-    ASSERT_EQ(split.code, 0) << split.err;
-    const std::vector<std::string> a = loss_columns(dir.file("a.csv")), b = loss_columns(dir.file("b.csv"));
-    ASSERT_EQ(a.size(), 3u);
-    EXPECT_EQ(a, b);  // the same ggml CPU kernels on both sides: the same losses and gradient norms, as printed
+    const std::string rpc = " --rpc " + server.endpoint();
+    struct Case {
+        std::string name, flags, ngl, split;  // split: what `toy: split:` must say
+    };
+    const std::vector<Case> cases = {
+        {"lora", "--lora-rank 2 --lora-targets all", "99", "blocks 0-4: RPC0; output: CPU"},
+        {"lora-sgd", "--lora-rank 2 --lora-targets q,v -opt sgd -lr 0.05", "2", "blocks 0-2: CPU; blocks 3-4: RPC0; output: CPU"},
+        {"full", "", "2", "blocks 0-2: CPU; blocks 3-4: RPC0; output: CPU"},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.name);
+        const std::string base =
+            "train -m " + stories + " -f " + text + " --steps 3 -c 32 -t 2 --val-split 0.2 --eval-every 1 " + c.flags;
+        const std::string local = dir.file(c.name + "-local"), split = dir.file(c.name + "-split");
+        const test::CommandResult a = run_toy(base + " -q -o " + local + ".gguf --log " + local + ".csv");
+        ASSERT_EQ(a.code, 0) << a.err;
+        const test::CommandResult b = run_toy(base + rpc + " -ngl " + c.ngl + " -o " + split + ".gguf --log " + split + ".csv");
+        ASSERT_EQ(b.code, 0) << b.err;
+        EXPECT_NE(b.err.find("toy: split: " + c.split), std::string::npos) << b.err;
+        EXPECT_NE(b.err.find(" MiB of it on RPC0);"), std::string::npos) << b.err;  // the parameters' share
+        const auto la = loss_columns(local + ".csv"), lb = loss_columns(split + ".csv");
+        ASSERT_EQ(la.size(), 3u);
+        ASSERT_EQ(lb.size(), 3u);
+        for (size_t i = 0; i < la.size(); ++i)
+            for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(lb[i][k], la[i][k], 1e-4 * std::fabs(la[i][k]) + 1e-6) << "step " << i + 1;
+        // the written adapters / models
+        const test::CommandResult d = run_toy("inspect " + split + ".gguf --diff " + local + ".gguf --json");
+        ASSERT_EQ(d.code, 0) << d.err;
+        const nlohmann::json j = nlohmann::json::parse(d.out);
+        ASSERT_FALSE(j["tensors"].empty());
+        for (const auto &t : j["tensors"]) EXPECT_LE(t["rel"].get<double>(), 1e-4) << t["name"];
+    }
     // the adapter applied to the split model (its pairs on their blocks' device): the local logits
-    const std::string logits = "logits -m " + test::fixture_path("../models/stories260K.gguf") + " --lora " + dir.file("a.gguf") +
+    const std::string logits = "logits -m " + stories + " --lora " + dir.file("lora-local.gguf") +
                                " --tokens 1,50,60,70,80,90 -ctk f32 -ctv f32 -fa off -o ";
     ASSERT_EQ(run_toy(logits + dir.file("local.f32")).code, 0);
-    const test::CommandResult r = run_toy(logits + dir.file("split.f32") + " " + rpc + " -ngl 99");
+    const test::CommandResult r = run_toy(logits + dir.file("split.f32") + rpc + " -ngl 99");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_LE(test::compare_rows(test::read_f32(dir.file("split.f32")), test::read_f32(dir.file("local.f32")), 512).d_max, 1e-3);
-    // a full fine-tune trains on the CPU: asking it to split is an error
-    expect_one_line_error(run_toy("train -m " + test::fixture_path("../models/stories260K.gguf") + " -f " + text +
-                                  " --steps 1 -c 32 -o " + dir.file("c.gguf") + " " + rpc + " -ngl 2"),
-                          "only a LoRA run (--lora-rank) splits its model");
+    // a server with room for the frozen blocks but not for a full fine-tune's
+    // F32 parameters, gradients and moments: said before training starts
+    Server small("--mem 2");
+    ASSERT_TRUE(small.started());
+    expect_one_line_error(run_toy("train -m " + stories + " -f " + text + " --steps 1 -c 32 -o " + dir.file("c.gguf") + " --rpc " +
+                                  small.endpoint() + " -ngl 99"),
+                          "the trainable weights, gradients and optimizer moments split to RPC0 need");
 }
 #endif
 

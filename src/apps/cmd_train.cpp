@@ -34,7 +34,7 @@ struct TrainFlags {
     float lr_min = 0.0f;
     bool trace = false, quiet = false;
     int64_t bench_steps = 0;
-    SplitFlags split{0};  // -ngl 0 unless asked: only LoRA's frozen base may go to a device
+    SplitFlags split{0};  // -ngl 0 unless asked: blocks and their trainable tensors on the CPU
     std::vector<CLI::Option *> run_flags;  // flags that a resumed run takes from its checkpoint
 };
 

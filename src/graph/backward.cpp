@@ -28,6 +28,20 @@ bool on_other_device(const ggml_tensor *t) {
     return dev && ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
 }
 
+// The out_prod nodes among the terms of gradient g (sums, reshapes and
+// copies of them): what computes a parameter's gradient.
+void collect_products(ggml_tensor *g, std::unordered_set<const ggml_tensor *> &out) {
+    if (!g) return;
+    switch (g->op) {
+    case GGML_OP_OUT_PROD: out.insert(g); return;
+    case GGML_OP_ADD: case GGML_OP_RESHAPE: case GGML_OP_VIEW: case GGML_OP_PERMUTE: case GGML_OP_TRANSPOSE:
+    case GGML_OP_CONT: case GGML_OP_CPY: case GGML_OP_DUP: case GGML_OP_SCALE:
+        for (ggml_tensor *s : g->src) collect_products(s, out);
+        return;
+    default: return;
+    }
+}
+
 // Same batch dimensions (2 and 3): out_prod's broadcasting has no matmul equivalent here.
 bool same_batches(const ggml_tensor *a, const ggml_tensor *b) { return a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3]; }
 
@@ -40,6 +54,9 @@ public:
     explicit OutProdRewriter(ggml_context *ctx) : ctx_(ctx) {}
 
     std::unordered_map<ggml_tensor *, ggml_tensor *> replacement;
+    // products left to ggml: those of parameters on another device (their
+    // accumulators are there, and ggml's op runs there beside them)
+    std::unordered_set<const ggml_tensor *> keep;
 
     // ggml's cross-entropy over one-hot labels: the same loss and gradient
     // from integer targets (the label matrix is never allocated)
@@ -51,7 +68,7 @@ public:
     }
 
     bool rewrite(ggml_tensor *t) {
-        if (t->op != GGML_OP_OUT_PROD) return false;
+        if (t->op != GGML_OP_OUT_PROD || keep.count(t)) return false;
         ggml_tensor *a = t->src[0], *b = t->src[1];
         // a weight held by another device (a split model's frozen block):
         // ggml's own op runs there; toy's kernels are the CPU's
@@ -151,6 +168,8 @@ ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *los
     ggml_build_backward_expand(ctx, gf, accs.data());
 
     OutProdRewriter rw(ctx);
+    for (const auto &[param, acc] : accumulators)
+        if (on_other_device(acc)) collect_products(ggml_graph_get_grad(gf, param), rw.keep);
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         rw.rewrite(ggml_graph_node(gf, i));
         if (opts.targets) rw.rewrite_cross_entropy(ggml_graph_node(gf, i), opts.targets);

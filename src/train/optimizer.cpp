@@ -43,16 +43,29 @@ void sgd_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     }
 }
 
+// ggml's ops: the gradient times the clipping factor, in place
+ggml_tensor *scaled_grad(ggml_context *ctx, const Param &p, ggml_tensor *hyper) {
+    return ggml_mul_inplace(ctx, p.grad, ggml_view_1d(ctx, hyper, 1, kGradScale * sizeof(float)));
+}
+
 }  // namespace
 
 ggml_tensor *adamw_update(ggml_context *ctx, const Param &p, ggml_tensor *hyper) {
+    if (p.device) return ggml_opt_step_adamw(ctx, p.value, scaled_grad(ctx, p, hyper), p.m, p.v, ggml_view_1d(ctx, hyper, 7, 0));
     ggml_tensor *args[] = {p.grad, p.m, p.v, hyper};
     return ggml_custom_inplace(ctx, p.value, args, 4, adamw_kernel, GGML_N_TASKS_MAX, nullptr);
 }
 
 ggml_tensor *sgd_update(ggml_context *ctx, const Param &p, ggml_tensor *hyper) {
+    if (p.device) {
+        return ggml_opt_step_sgd(ctx, p.value, scaled_grad(ctx, p, hyper), ggml_view_1d(ctx, hyper, 2, kSgdLr * sizeof(float)));
+    }
     ggml_tensor *args[] = {p.grad, hyper};
     return ggml_custom_inplace(ctx, p.value, args, 2, sgd_kernel, GGML_N_TASKS_MAX, nullptr);
+}
+
+ggml_tensor *grad_sum_of_squares(ggml_context *ctx, const Param &p) {
+    return p.device ? ggml_sum(ctx, ggml_sqr(ctx, p.grad)) : graph::sum_of_squares(ctx, p.grad);
 }
 
 }  // namespace toy::train

@@ -1,8 +1,12 @@
 #include "train/params.h"
 
 #include "core/error.h"
+#include "core/remote_wait.h"
 
 #include <ggml-alloc.h>
+#include <ggml-cpu.h>
+
+#include <algorithm>
 
 namespace toy::train {
 
@@ -13,17 +17,21 @@ ParamSet::ParamSet(size_t max_params) {
 }
 
 ParamSet::~ParamSet() {
-    for (auto *b : {values_buf_, grads_buf_, moments_buf_})
-        if (b) ggml_backend_buffer_free(b);
+    RemoteWait wait("freeing the trainable weights");
+    for (const Buffers &b : bufs_)
+        for (ggml_backend_buffer_t buf : {b.values, b.grads, b.moments})
+            if (buf) ggml_backend_buffer_free(buf);
     ggml_free(ctx_);
 }
 
-Param &ParamSet::add(const std::string &name, const std::vector<int64_t> &ne, bool decay, const std::string &group) {
+Param &ParamSet::add(const std::string &name, const std::vector<int64_t> &ne, bool decay, const std::string &group,
+                     ggml_backend_dev_t device) {
     if (allocated_) fail("internal: parameter '{}' declared after allocation", name);
     Param p;
     p.name = name;
     p.decay = decay;
     p.group = group;
+    p.device = device;
     p.value = ggml_new_tensor(ctx_, GGML_TYPE_F32, (int)ne.size(), ne.data());
     ggml_set_name(p.value, name.c_str());
     ggml_set_param(p.value);
@@ -44,15 +52,22 @@ ggml_tensor *ParamSet::add_constant(const std::string &name, const std::vector<i
 
 namespace {
 
+// The bytes `tensors` take in one buffer of buft, each at its alignment.
+size_t group_bytes(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> &tensors) {
+    const size_t align = ggml_backend_buft_get_alignment(buft);
+    size_t size = 0;
+    for (ggml_tensor *t : tensors) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+    return size;
+}
+
 // One buffer holding `tensors`, each at the buffer type's alignment.
 ggml_backend_buffer_t alloc_group(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> &tensors,
                                   const char *what) {
     if (tensors.empty()) return nullptr;
     const size_t align = ggml_backend_buft_get_alignment(buft);
-    size_t size = 0;
-    for (ggml_tensor *t : tensors) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+    const size_t size = group_bytes(buft, tensors);
     ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
-    if (!buf) fail("could not allocate {} bytes for the {}", size, what);
+    if (!buf) fail("could not allocate {} bytes for the {} on {}", size, what, ggml_backend_buft_name(buft));
     auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(buf));
     size_t at = 0;
     for (ggml_tensor *t : tensors) {
@@ -68,19 +83,40 @@ ggml_backend_buffer_t alloc_group(ggml_backend_buffer_type_t buft, const std::ve
 
 }  // namespace
 
-void ParamSet::allocate(ggml_backend_buffer_type_t buft) {
+void ParamSet::allocate() {
     allocated_ = true;
-    std::vector<ggml_tensor *> values(constants_), grads, moments;
-    for (const Param &p : params_) {
-        values.push_back(p.value);
-        grads.push_back(p.grad);
-        moments.push_back(p.m);
-        moments.push_back(p.v);
+    RemoteWait wait("allocating the trainable weights");
+    std::vector<ggml_backend_dev_t> devices{nullptr};  // the CPU first: the constants live there
+    for (const Param &p : params_)
+        if (std::find(devices.begin(), devices.end(), p.device) == devices.end()) devices.push_back(p.device);
+    for (ggml_backend_dev_t dev : devices) {
+        std::vector<ggml_tensor *> values, grads, moments;
+        if (!dev) values = constants_;
+        for (const Param &p : params_) {
+            if (p.device != dev) continue;
+            values.push_back(p.value);
+            grads.push_back(p.grad);
+            moments.push_back(p.m);
+            moments.push_back(p.v);
+        }
+        ggml_backend_buffer_type_t buft = dev ? ggml_backend_dev_buffer_type(dev) : ggml_backend_cpu_buffer_type();
+        if (dev) {  // said before anything is copied, as for the base's weights (model.cpp)
+            const size_t need = group_bytes(buft, values) + group_bytes(buft, grads) + group_bytes(buft, moments);
+            size_t free = 0, total = 0;
+            ggml_backend_dev_memory(dev, &free, &total);
+            if (need > free) {
+                fail("the trainable weights, gradients and optimizer moments split to {} need {:.1f} MiB, it has {:.1f} MiB "
+                     "free (lower -ngl, or shift --tensor-split)",
+                     ggml_backend_dev_name(dev), need / 1048576.0, free / 1048576.0);
+            }
+        }
+        Buffers &b = bufs_.emplace_back();
+        b.device = dev;
+        b.values = alloc_group(buft, values, "trainable weights");
+        if (b.values) ggml_backend_buffer_set_usage(b.values, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        b.grads = alloc_group(buft, grads, "gradients");
+        b.moments = alloc_group(buft, moments, "optimizer moments");
     }
-    values_buf_ = alloc_group(buft, values, "trainable weights");
-    if (values_buf_) ggml_backend_buffer_set_usage(values_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    grads_buf_ = alloc_group(buft, grads, "gradients");
-    moments_buf_ = alloc_group(buft, moments, "optimizer moments");
 }
 
 const Param *ParamSet::find(const std::string &name) const {
@@ -97,9 +133,22 @@ int64_t ParamSet::n_elements() const {
 
 size_t ParamSet::state_bytes() const {
     size_t n = 0;
-    for (auto *b : {values_buf_, grads_buf_, moments_buf_})
-        if (b) n += ggml_backend_buffer_get_size(b);
+    for (const Buffers &b : bufs_)
+        for (ggml_backend_buffer_t buf : {b.values, b.grads, b.moments})
+            if (buf) n += ggml_backend_buffer_get_size(buf);
     return n;
+}
+
+std::vector<std::pair<ggml_backend_dev_t, size_t>> ParamSet::offloaded_bytes() const {
+    std::vector<std::pair<ggml_backend_dev_t, size_t>> out;
+    for (const Buffers &b : bufs_) {
+        if (!b.device) continue;
+        size_t n = 0;
+        for (ggml_backend_buffer_t buf : {b.values, b.grads, b.moments})
+            if (buf) n += ggml_backend_buffer_get_size(buf);
+        out.emplace_back(b.device, n);
+    }
+    return out;
 }
 
 std::vector<float> read_f32(const ggml_tensor *t) {
@@ -108,8 +157,10 @@ std::vector<float> read_f32(const ggml_tensor *t) {
     return v;
 }
 
-void ParamSet::zero_grads() {
-    if (grads_buf_) ggml_backend_buffer_clear(grads_buf_, 0);
+void ParamSet::zero_grads(bool offloaded_only) {
+    RemoteWait wait("clearing the gradients");
+    for (const Buffers &b : bufs_)
+        if (b.grads && (b.device || !offloaded_only)) ggml_backend_buffer_clear(b.grads, 0);
 }
 
 }  // namespace toy::train

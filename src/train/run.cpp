@@ -180,17 +180,21 @@ RunSettings RunSettings::from_json(const nlohmann::json &j) {
 }
 
 Trainable load_trainable(const RunSettings &s, const SplitOptions &split) {
-    if (s.mode != Mode::Lora && asks_offload(split)) {
-        fail("-ngl / --rpc: only a LoRA run (--lora-rank) splits its model across devices, which then hold the frozen "
-             "base; full and from-scratch training run on the CPU");
-    }
+    SplitOptions where = split;
+    where.head_on_cpu = true;  // the loss and its gradient are CPU kernels, one in place on the logits
     LoadOptions lo = trainable_load_options();
-    lo.split = split;
-    lo.split.head_on_cpu = true;  // the loss and its gradient are CPU kernels, one in place on the logits
+    // LoRA: the frozen base's blocks on their devices, each block's adapters
+    // beside them. Full: the base stays on the CPU (it is only read once),
+    // each block's F32 parameters, gradients and moments go to its device.
+    if (s.mode == Mode::Lora) lo.split = where;
     Trainable t;
     t.model = Model::load(s.model, lo);
     check_trainable(t.model->config());
-    t.tm = s.mode == Mode::Full ? TrainableModel::full(*t.model, s.lens_from, s.seed) : TrainableModel::lora(*t.model, s.lora);
+    if (s.mode == Mode::Full) {
+        t.tm = TrainableModel::full(*t.model, s.lens_from, s.seed, plan_split(where, t.model->config().n_layer));
+    } else {
+        t.tm = TrainableModel::lora(*t.model, s.lora);
+    }
     return t;
 }
 
@@ -230,6 +234,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     // 2. The model, its tokenizer and the data.
     Trainable t = load_trainable(s, io.split);
     Model *model = t.model.get();
+    if (t.tm->split().offloads()) say("split: " + t.tm->split().describe());
     const text::Vocab vocab = text::Vocab::load(model->file());
     std::unique_ptr<text::ChatTemplate> chat;
     auto needs_chat = [](const std::string &p) { return p.ends_with(".jsonl"); };
@@ -263,7 +268,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     const int64_t total = s.max_steps > 0 ? s.max_steps : s.epochs * steps_per_epoch;
     LrSchedule sched{s.opt.lr, s.warmup, total, s.schedule, s.lr_min_ratio};
 
-    Engine engine(io.n_threads, t.model->split().devices);
+    Engine engine(io.n_threads, tm->split().devices);
     Trainer trainer(engine, *tm, to);
     CheckpointState st;
     st.settings = s.to_json();
@@ -277,10 +282,15 @@ RunResult run_training(RunSettings s, const RunIo &io) {
         trainer.set_optimizer_steps(st.step);
         say(fmt::format("resuming {} at step {} of {}", resume, st.step, total));
     }
-    say(fmt::format("{}{} of {}: {} trainable parameters ({:.1f} MiB with gradients and moments); {}: {} documents, {} tokens, "
+    std::string where;  // "; 3.1 MiB of it on RPC0"
+    for (const auto &[dev, bytes] : tm->params().offloaded_bytes()) {
+        where += fmt::format("{} {:.1f} MiB{} on {}", where.empty() ? ";" : ",", bytes / 1048576.0, where.empty() ? " of it" : "",
+                             ggml_backend_dev_name(dev));
+    }
+    say(fmt::format("{}{} of {}: {} trainable parameters ({:.1f} MiB with gradients and moments{}); {}: {} documents, {} tokens, "
                     "{} windows of {}{}; {} held out; {} steps of {} sequences ({} per epoch)",
                     s.mode == Mode::Full ? "full fine-tune" : "LoRA", s.mode == Mode::Full ? "" : fmt::format(" rank {}", s.lora.rank),
-                    s.model, tm->params().n_elements(), tm->params().state_bytes() / 1048576.0, s.data, train.n_documents,
+                    s.model, tm->params().n_elements(), tm->params().state_bytes() / 1048576.0, where, s.data, train.n_documents,
                     train.n_tokens, n_windows, s.n_ctx, train.n_skipped ? fmt::format(" ({} skipped)", train.n_skipped) : "",
                     val.windows.size(), total, per_step, steps_per_epoch));
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <sstream>
@@ -49,6 +50,15 @@ std::pair<int64_t, int64_t> proj_shape(const Config &c, const LayerWeights &l, P
 }
 
 bool is_vocab_matrix(const std::string &name) { return name == "token_embd.weight" || name == "output.weight"; }
+
+// Where a full fine-tune keeps a weight: its block's device, the head's for
+// output and output_norm; the CPU for the rest (embeddings), or without a split.
+ggml_backend_dev_t device_of(const LayerSplit &split, const std::string &name) {
+    if (name == "output.weight" || name == "output_norm.weight" || name == "output_norm.bias") return split.output;
+    int il = -1;
+    if (std::sscanf(name.c_str(), "blk.%d.", &il) == 1 && il >= 0 && il < (int)split.layer.size()) return split.layer[il];
+    return nullptr;
+}
 
 std::string lora_name(int il, Proj p, const char *ab) {
     return fmt::format("blk.{}.{}.weight.{}", il, graph::kProjTensors[(int)p], ab);
@@ -110,10 +120,13 @@ std::vector<float> lens_donor_embedding(const Model &base, const std::string &pa
 
 }  // namespace
 
-std::unique_ptr<TrainableModel> TrainableModel::full(const Model &base, const std::string &lens_from, uint64_t seed) {
+std::unique_ptr<TrainableModel> TrainableModel::full(const Model &base, const std::string &lens_from, uint64_t seed,
+                                                     const LayerSplit &split) {
     const Config &c = base.config();
     check_trainable(c);
+    if (base.split().offloads()) fail("internal: a full fine-tune splits its parameters, not its base (load the base on the CPU)");
     std::unique_ptr<TrainableModel> m(new TrainableModel(base, Mode::Full));
+    m->split_ = split;
     std::vector<TensorSpec> specs = tensor_specs(c, &m->w_);
     m->params_ = std::make_unique<ParamSet>(specs.size() + 4);  // + padding mask, lens
     // ggml's fast F32 matmul (llamafile's tinyBLAS) takes row counts and
@@ -156,7 +169,7 @@ std::unique_ptr<TrainableModel> TrainableModel::full(const Model &base, const st
             t = m->params_->add_constant(s.name, ne);
         } else {
             const bool decay = s.role == TensorRole::Linear || s.role == TensorRole::Experts || s.role == TensorRole::Router;
-            t = m->params_->add(s.name, ne, decay, group_of(s.name)).value;
+            t = m->params_->add(s.name, ne, decay, group_of(s.name), device_of(split, s.name)).value;
         }
         *s.slot = t;
         fills.push_back({t, s.name});
@@ -164,7 +177,7 @@ std::unique_ptr<TrainableModel> TrainableModel::full(const Model &base, const st
     m->w_.tied_output = base.weights().tied_output;
     if (!m->w_.output) m->w_.output = m->w_.tok_embd;  // null with a lens: the graph uses the lens's product
     if (n_vocab_padded != c.n_vocab) m->w_.vocab_pad_mask = m->params_->add_constant("vocab_pad_mask", {n_vocab_padded});
-    m->params_->allocate(ggml_backend_cpu_buffer_type());
+    m->params_->allocate();
     for (const Fill &f : fills) {
         // a padded matrix takes the file's rows first; the buffer starts zeroed
         std::vector<float> v = base.read_weight(f.name);
@@ -213,6 +226,7 @@ std::unique_ptr<TrainableModel> TrainableModel::lora(const Model &base, const Lo
     };
     std::vector<Init> inits;
     for (int il = 0; il < c.n_layer; ++il) {
+        ggml_backend_dev_t device = base.split().layer.empty() ? nullptr : base.split().layer[il];
         for (Proj p : o.targets) {
             const auto [n_in, n_out] = proj_shape(c, w.layers[il], p);
             graph::LoraTerm term;
@@ -220,19 +234,19 @@ std::unique_ptr<TrainableModel> TrainableModel::lora(const Model &base, const Lo
             if (p == Proj::Q && o.per_head) {
                 // one A_h [n_in, r] and B_h [r, head_dim] per head; A ~ N(0, 0.01^2)
                 term.per_head = true;
-                term.a = m->params_->add(lora_name(il, p, "lora_a"), {n_in, o.rank * c.n_head}, true, "lora").value;
-                term.b = m->params_->add(lora_name(il, p, "lora_b"), {o.rank, c.head_dim_k, c.n_head}, true, "lora").value;
+                term.a = m->params_->add(lora_name(il, p, "lora_a"), {n_in, o.rank * c.n_head}, true, "lora", device).value;
+                term.b = m->params_->add(lora_name(il, p, "lora_b"), {o.rank, c.head_dim_k, c.n_head}, true, "lora", device).value;
                 inits.push_back({term.a, -0.01f});
             } else {
                 // PEFT's default: A ~ kaiming-uniform (bound 1/sqrt(n_in)), B = 0
-                term.a = m->params_->add(lora_name(il, p, "lora_a"), {n_in, o.rank}, true, "lora").value;
-                term.b = m->params_->add(lora_name(il, p, "lora_b"), {o.rank, n_out}, true, "lora").value;
+                term.a = m->params_->add(lora_name(il, p, "lora_a"), {n_in, o.rank}, true, "lora", device).value;
+                term.b = m->params_->add(lora_name(il, p, "lora_b"), {o.rank, n_out}, true, "lora", device).value;
                 inits.push_back({term.a, 1.0f / std::sqrt((float)n_in)});
             }
             m->adapters_.add(il, p, term);
         }
     }
-    m->params_->allocate(ggml_backend_cpu_buffer_type());
+    m->params_->allocate();
     std::mt19937_64 rng(o.seed);
     for (const Init &i : inits) {
         std::vector<float> v(ggml_nelements(i.t));
@@ -252,7 +266,7 @@ std::unique_ptr<TrainableModel> TrainableModel::frozen(const Model &base) {
     check_trainable(base.config());
     std::unique_ptr<TrainableModel> m(new TrainableModel(base, Mode::Lora));
     m->params_ = std::make_unique<ParamSet>(1);
-    m->params_->allocate(ggml_backend_cpu_buffer_type());
+    m->params_->allocate();
     return m;
 }
 

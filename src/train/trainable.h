@@ -45,7 +45,11 @@ public:
     // lens_from: a donor GGUF with the same vocabulary; the token embedding
     // becomes its frozen embedding times a trainable projection (the
     // original system's warm start), folded into token_embd by write().
-    static std::unique_ptr<TrainableModel> full(const Model &base, const std::string &lens_from = "", uint64_t seed = 42);
+    // split: where each block's parameters live (a base loaded on the CPU;
+    // the embedding, lens and head stay there).
+    static std::unique_ptr<TrainableModel> full(const Model &base, const std::string &lens_from = "", uint64_t seed = 42,
+                                                const LayerSplit &split = {});
+    // The adapters of a block live where the base has that block (Model::split).
     static std::unique_ptr<TrainableModel> lora(const Model &base, const LoraOptions &o);
     // Nothing trainable: the base as it is, for evaluating held-out loss.
     static std::unique_ptr<TrainableModel> frozen(const Model &base);
@@ -58,6 +62,8 @@ public:
     ParamSet &params() { return *params_; }
     const ParamSet &params() const { return *params_; }
     const LoraOptions &lora_options() const { return lora_; }
+    // Which device runs each block: the base's split (LoRA) or the parameters' (full).
+    const LayerSplit &split() const { return mode_ == Mode::Full ? split_ : base_.split(); }
 
     // Full: a GGUF of the trained model (the base's metadata, F32 weights,
     // per-head checkpoints written in the standard fused layout).
@@ -87,6 +93,7 @@ private:
     graph::Adapters adapters_;
     LoraOptions lora_;
     std::string lens_from_;
+    LayerSplit split_;
 };
 
 }  // namespace toy::train

@@ -62,8 +62,8 @@ Trainer::Trainer(const Engine &engine, TrainableModel &model, const TrainerOptio
 }
 
 Trainer::~Trainer() {
-    if (norm_alloc_) ggml_gallocr_free(norm_alloc_);
-    if (update_alloc_) ggml_gallocr_free(update_alloc_);
+    for (ggml_backend_sched_t s : {norm_sched_, update_sched_})
+        if (s) ggml_backend_sched_free(s);
     if (opt_ctx_) ggml_free(opt_ctx_);
 }
 
@@ -196,7 +196,8 @@ StepStats Trainer::gradients(std::span<const Window *const> windows) {
     }
 
     // gradient norms, per group and overall
-    if (ggml_backend_graph_compute(engine_.backend(), norm_graph_) != GGML_STATUS_SUCCESS) fail("gradient norm computation failed");
+    RemoteWait wait("computing the gradient norms");
+    if (ggml_backend_sched_graph_compute(norm_sched_, norm_graph_) != GGML_STATUS_SUCCESS) fail("gradient norm computation failed");
     const std::vector<Param> &params = model_.params().params();
     double total = 0;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -235,10 +236,14 @@ void Trainer::update(const StepStats &st, float lr) {
     hp[kEps] = o.eps;
     hp[kBeta1Correction] = 1.0f / (1.0f - std::pow(o.beta1, (float)opt_steps_));
     hp[kBeta2Correction] = 1.0f / (1.0f - std::pow(o.beta2, (float)opt_steps_));
+    hp[kSgdLr] = lr;
+    hp[kSgdWeightDecay] = o.weight_decay;
     ggml_backend_tensor_set(hp_decay_, hp, 0, sizeof(hp));
-    hp[kWeightDecay] = 0.0f;
+    hp[kWeightDecay] = hp[kSgdWeightDecay] = 0.0f;
     ggml_backend_tensor_set(hp_no_decay_, hp, 0, sizeof(hp));
-    if (ggml_backend_graph_compute(engine_.backend(), update_graph_) != GGML_STATUS_SUCCESS) fail("optimizer step failed");
+    RemoteWait wait("updating the weights");
+    if (ggml_backend_sched_graph_compute(update_sched_, update_graph_) != GGML_STATUS_SUCCESS) fail("optimizer step failed");
+    model_.params().zero_grads(/*offloaded_only*/ true);  // those on the CPU were cleared as they were read
 }
 
 double Trainer::evaluate(std::span<const Window> windows) {
@@ -269,18 +274,22 @@ double Trainer::evaluate(std::span<const Window> windows) {
 void Trainer::build_optimizer_graphs() {
     std::vector<Param> &params = model_.params().params();
     const size_t n = params.size();
-    ggml_init_params ip{ggml_tensor_overhead() * (6 * n + 8) + 2 * ggml_graph_overhead_custom(4 * n + 8, false), nullptr,
-                        true};
+    // per parameter at most: sqr and sum; the value (a parameter is a node),
+    // two views, the scaled gradient and the step
+    const size_t norm_nodes = 2 * n + 8, update_nodes = 5 * n + 8;
+    ggml_init_params ip{ggml_tensor_overhead() * (norm_nodes + update_nodes + 8) +
+                            ggml_graph_overhead_custom(norm_nodes, false) + ggml_graph_overhead_custom(update_nodes, false),
+                        nullptr, true};
     opt_ctx_ = ggml_init(ip);
     if (!opt_ctx_) fail("out of memory creating the optimizer graphs");
-    norm_graph_ = ggml_new_graph_custom(opt_ctx_, 2 * n + 8, false);
-    update_graph_ = ggml_new_graph_custom(opt_ctx_, 4 * n + 8, false);
+    norm_graph_ = ggml_new_graph_custom(opt_ctx_, norm_nodes, false);
+    update_graph_ = ggml_new_graph_custom(opt_ctx_, update_nodes, false);
     const bool adamw = opts_.opt.kind == OptimizerKind::AdamW;
     hp_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, kHyperCount);
     hp_no_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, kHyperCount);
     for (ggml_tensor *t : {hp_decay_, hp_no_decay_}) ggml_set_input(t);
     for (Param &p : params) {
-        ggml_tensor *sq = graph::sum_of_squares(opt_ctx_, p.grad);
+        ggml_tensor *sq = grad_sum_of_squares(opt_ctx_, p);
         ggml_set_output(sq);
         ggml_build_forward_expand(norm_graph_, sq);
         sq_norms_.push_back(sq);
@@ -290,10 +299,12 @@ void Trainer::build_optimizer_graphs() {
         ggml_build_forward_expand(update_graph_, upd);
     }
     opt_inputs_.place(engine_.buffer_type(), {hp_decay_, hp_no_decay_});
-    norm_alloc_ = ggml_gallocr_new(engine_.buffer_type());
-    update_alloc_ = ggml_gallocr_new(engine_.buffer_type());
-    if (!ggml_gallocr_alloc_graph(norm_alloc_, norm_graph_) || !ggml_gallocr_alloc_graph(update_alloc_, update_graph_)) {
-        fail("could not allocate the optimizer graphs");
+    // a scheduler counts nodes and leaves (values, moments) together
+    norm_sched_ = engine_.make_scheduler(2 * norm_nodes);
+    update_sched_ = engine_.make_scheduler(2 * update_nodes);
+    for (auto [sched, gf] : {std::pair{norm_sched_, norm_graph_}, std::pair{update_sched_, update_graph_}}) {
+        engine_.place_ops(sched, gf);
+        if (!ggml_backend_sched_alloc_graph(sched, gf)) fail("could not allocate the optimizer graphs");
     }
 }
 

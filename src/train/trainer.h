@@ -101,10 +101,11 @@ private:
     std::unique_ptr<LossGraph> train_;  // built at the first step
     TraceState trace_;
 
-    // gradient norms and the optimizer update
+    // gradient norms and the optimizer update, each with a scheduler of its
+    // own (parameters may live on offload devices)
     ggml_context *opt_ctx_ = nullptr;
     ggml_cgraph *norm_graph_ = nullptr, *update_graph_ = nullptr;
-    ggml_gallocr_t norm_alloc_ = nullptr, update_alloc_ = nullptr;
+    ggml_backend_sched_t norm_sched_ = nullptr, update_sched_ = nullptr;
     std::vector<ggml_tensor *> sq_norms_;  // per parameter: sum of squared gradients
     ggml_tensor *hp_decay_ = nullptr, *hp_no_decay_ = nullptr;
     InputBuffer opt_inputs_;
