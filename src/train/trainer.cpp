@@ -199,10 +199,15 @@ StepStats Trainer::gradients(std::span<const Window *const> windows) {
     RemoteWait wait("computing the gradient norms");
     if (ggml_backend_sched_graph_compute(norm_sched_, norm_graph_) != GGML_STATUS_SUCCESS) fail("gradient norm computation failed");
     const std::vector<Param> &params = model_.params().params();
+    std::vector<float> sqs(params.size());
+    for (const NormRead &r : norm_reads_) {
+        std::vector<float> v(r.index.size());
+        ggml_backend_tensor_get(r.sums, v.data(), 0, v.size() * sizeof(float));
+        for (size_t k = 0; k < v.size(); ++k) sqs[r.index[k]] = v[k];
+    }
     double total = 0;
     for (size_t i = 0; i < params.size(); ++i) {
-        float sq = 0;
-        ggml_backend_tensor_get(sq_norms_[i], &sq, 0, sizeof(float));
+        const float sq = sqs[i];
         total += sq;
         auto it = std::find_if(st.group_norms.begin(), st.group_norms.end(), [&](auto &g) { return g.first == params[i].group; });
         if (it == st.group_norms.end()) {
@@ -274,9 +279,9 @@ double Trainer::evaluate(std::span<const Window> windows) {
 void Trainer::build_optimizer_graphs() {
     std::vector<Param> &params = model_.params().params();
     const size_t n = params.size();
-    // per parameter at most: sqr and sum; the value (a parameter is a node),
-    // two views, the scaled gradient and the step
-    const size_t norm_nodes = 2 * n + 8, update_nodes = 5 * n + 8;
+    // per parameter at most: sqr, sum and concat; the value (a parameter is a
+    // node), two views, the scaled gradient and the step
+    const size_t norm_nodes = 3 * n + 8, update_nodes = 5 * n + 8;
     ggml_init_params ip{ggml_tensor_overhead() * (norm_nodes + update_nodes + 8) +
                             ggml_graph_overhead_custom(norm_nodes, false) + ggml_graph_overhead_custom(update_nodes, false),
                         nullptr, true};
@@ -288,15 +293,25 @@ void Trainer::build_optimizer_graphs() {
     hp_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, kHyperCount);
     hp_no_decay_ = ggml_new_tensor_1d(opt_ctx_, GGML_TYPE_F32, kHyperCount);
     for (ggml_tensor *t : {hp_decay_, hp_no_decay_}) ggml_set_input(t);
-    for (Param &p : params) {
+    for (size_t i = 0; i < n; ++i) {
+        Param &p = params[i];
         ggml_tensor *sq = grad_sum_of_squares(opt_ctx_, p);
-        ggml_set_output(sq);
-        ggml_build_forward_expand(norm_graph_, sq);
-        sq_norms_.push_back(sq);
+        auto read = std::find_if(norm_reads_.begin(), norm_reads_.end(),
+                                 [&](const NormRead &r) { return params[r.index[0]].device == p.device; });
+        if (read == norm_reads_.end()) {
+            norm_reads_.push_back({sq, {i}});
+        } else {
+            read->sums = ggml_concat(opt_ctx_, read->sums, sq, 0);
+            read->index.push_back(i);
+        }
 
         ggml_tensor *hp = p.decay ? hp_decay_ : hp_no_decay_;
         ggml_tensor *upd = adamw ? adamw_update(opt_ctx_, p, hp) : sgd_update(opt_ctx_, p, hp);
         ggml_build_forward_expand(update_graph_, upd);
+    }
+    for (const NormRead &r : norm_reads_) {
+        ggml_set_output(r.sums);
+        ggml_build_forward_expand(norm_graph_, r.sums);
     }
     opt_inputs_.place(engine_.buffer_type(), {hp_decay_, hp_no_decay_});
     // a scheduler counts nodes and leaves (values, moments) together

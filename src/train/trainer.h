@@ -106,7 +106,13 @@ private:
     ggml_context *opt_ctx_ = nullptr;
     ggml_cgraph *norm_graph_ = nullptr, *update_graph_ = nullptr;
     ggml_backend_sched_t norm_sched_ = nullptr, update_sched_ = nullptr;
-    std::vector<ggml_tensor *> sq_norms_;  // per parameter: sum of squared gradients
+    // the sums of squared gradients, one vector per device holding parameters
+    // (one read per device, not per parameter): entry k is params[index[k]]'s
+    struct NormRead {
+        ggml_tensor *sums = nullptr;
+        std::vector<size_t> index;
+    };
+    std::vector<NormRead> norm_reads_;
     ggml_tensor *hp_decay_ = nullptr, *hp_no_decay_ = nullptr;
     InputBuffer opt_inputs_;
     int64_t opt_steps_ = 0;

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Training with blocks on a ggml RPC server vs on the CPU alone, in one run.
+#
+#   bench/train-split.sh          ROUNDS=3 STEPS=4 (about 5 min)
+#   TOY=/path/to/other/toy bench/train-split.sh    (another build, e.g. an older commit)
+#
+# The server is a `toy rpc-server -t 1` on this machine (loopback), so the
+# table shows what the exchanges cost, not what a second machine gains: the
+# split run's client has 1 thread and the server 1 (the client's OpenMP
+# threads passive, README: Backends), the local run 2 threads. Models:
+# stories260K (../shared/models; every exchange is all there is) and a
+# SmolLM2-135M-shaped llama (toy init, random F32 weights, vocab 49152 —
+# real shapes). LoRA (rank 8 on q,k,v,o) and full fine-tune, -c 128, one
+# window per step; tokens/s from toy's own closing line (training steps
+# only). Prints medians over ROUNDS and split / local.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-4}
+WORK=${WORK:-$HOME/.cache/toy-bench-split}
+SHARED=${SHARED:-$HERE/../shared}
+TOY=${TOY:-$HERE/build/toy}
+mkdir -p "$WORK"
+[ -x "$TOY" ] || make -C "$HERE" build >/dev/null
+cd "$WORK"
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); AMX: $(grep -q amx_tile /proc/cpuinfo && echo yes || echo no); toy: $TOY"
+
+python3 - <<'PY'
+import random
+random.seed(0)
+w = "the a cat dog ran sat on mat and happy little big house tree saw went to Once upon time".split()
+open("words.txt", "w").write(" ".join(random.choice(w) for _ in range(8000)) + "\n")
+PY
+[ -f smol.gguf ] || "$TOY" init --arch llama --n-embd 576 --n-layer 30 --n-head 9 --n-head-kv 3 --n-ff 1536 \
+  --n-vocab 49152 --type f32 -o smol.gguf 2>/dev/null
+cp "$SHARED/models/stories260K.gguf" stories260K.gguf
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$TOY" rpc-server -t 1 --port "$port" > server.log 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null' EXIT
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+tps() {  # toy train flags...: tokens/s of its closing line (nothing when it fails: an older toy)
+  "$TOY" train -f words.txt -c 128 -b 128 --steps "$STEPS" --val-split 0 -o out.gguf "$@" 2>&1 >/dev/null |
+    grep -o '[0-9.]* tokens/s' | tail -1 | cut -d' ' -f1 || true
+}
+
+printf "| model | training | local t/s | split t/s | split / local |\n|---|---|---:|---:|---:|\n"
+for model in stories260K smol; do
+  for mode in lora full; do
+    flags="-m $model.gguf"
+    [ "$mode" = lora ] && flags="$flags --lora-rank 8 --lora-targets q,k,v,o"
+    : > local.tps; : > split.tps
+    for r in $(seq "$ROUNDS"); do
+      tps $flags -t 2 >> local.tps
+      OMP_WAIT_POLICY=PASSIVE tps $flags -t 1 --rpc "127.0.0.1:$port" -ngl 99 >> split.tps
+    done
+    l=$(median < local.tps); s=$(median < split.tps)
+    if [ -z "$s" ]; then printf "| %s | %s | %s | (fails) | |\n" "$model" "$mode" "$l"; continue; fi
+    printf "| %s | %s | %s | %s | %.2f |\n" "$model" "$mode" "$l" "$s" "$(echo "$s $l" | awk '{print $1/$2}')"
+  done
+done
