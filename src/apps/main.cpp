@@ -134,6 +134,7 @@ int main(int argc, char **argv) {
         handlers[sub] = c.setup(*sub);
     }
     ggml_set_abort_callback(on_ggml_abort);
+    toy::backend_start_notes();  // held: said by `toy devices` and -ngl's error, not at every exit
     try {
         auto args = normalize_args(argc, argv, app);
         app.parse(args);

@@ -6,6 +6,7 @@
 #include "apps/session_options.h"
 
 #include "core/error.h"
+#include "core/ggml_log.h"
 #include "core/lists.h"
 #include "graph/packed_matmul.h"
 #include "runtime/devices.h"
@@ -81,6 +82,8 @@ void print_devices() {
         if (d.type == "CPU") std::printf(" [toy kernels: %s]", graph::packed_kernels_name());
         std::printf("\n");
     }
+    // a backend that found nothing to run on (a CUDA build without a GPU)
+    if (const std::string &notes = backend_start_notes(); !notes.empty()) std::printf("  (%s)\n", notes.c_str());
 }
 
 void SplitFlags::add_to(CLI::App &app) {

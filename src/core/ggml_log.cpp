@@ -1,5 +1,6 @@
 #include "core/ggml_log.h"
 
+#include <ggml-backend.h>
 #include <ggml.h>
 
 #include <cstdio>
@@ -50,6 +51,16 @@ std::string take_held_ggml_error() {
     while (!s.empty() && s.back() == ' ') s.pop_back();
     held.clear();
     return s;
+}
+
+const std::string &backend_start_notes() {
+    static const std::string notes = [] {
+        route_ggml_logs();
+        take_held_ggml_error();  // not ours: whatever came before
+        ggml_backend_dev_count();
+        return take_held_ggml_error();
+    }();
+    return notes;
 }
 
 void route_ggml_logs() {

@@ -17,4 +17,12 @@ void route_ggml_logs();
 // its newline), or "" — and it will not be printed.
 std::string take_held_ggml_error();
 
+// Starts ggml's backends (its device registry) once, with its log routed,
+// and returns the errors they logged while starting, or "". A CUDA build on
+// a machine without a GPU logs "ggml_cuda_init: failed to initialize CUDA:
+// no CUDA-capable device is detected": held here instead of printed at exit
+// of every command, and said where it matters (`toy devices`, an -ngl with
+// nothing to offload to). The CLI calls it first thing.
+const std::string &backend_start_notes();
+
 }  // namespace toy

@@ -1,6 +1,7 @@
 #include "model/split.h"
 
 #include "core/error.h"
+#include "core/ggml_log.h"
 
 #include <algorithm>
 #include <cmath>
@@ -86,8 +87,9 @@ LayerSplit plan_split(const SplitOptions &o, int n_layer) {
     const std::vector<ggml_backend_dev_t> devs = chosen_devices(o.devices);
     const int ngl = o.n_gpu_layers == SplitOptions::kAllLayers ? (devs.empty() ? 0 : n_layer + 1) : o.n_gpu_layers;
     if (ngl > 0 && devs.empty()) {
-        fail("-ngl {}: no GPU or RPC device to offload layers to ({}; `toy devices` lists them, --rpc adds servers)", ngl,
-             o.devices.empty() ? "this toy sees none" : "--device none");
+        const std::string &why = backend_start_notes();  // a CUDA build without a GPU says so
+        fail("-ngl {}: no GPU or RPC device to offload layers to ({}{}; `toy devices` lists them, --rpc adds servers)", ngl,
+             o.devices.empty() ? "this toy sees none" : "--device none", why.empty() ? "" : ": " + why);
     }
     if (ngl == 0) return s;
     const std::vector<double> w = shares(o, devs);
