@@ -10,6 +10,7 @@
 #   bench/serve-compare.sh      CLIENTS=32 SECONDS=600 NP=8 CTX=8192 THREADS=2 MAX_TOKENS=64 PRESET=smollm2-135m TYPE=q8_0
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
+. "$HERE/bench/lib.sh"
 CLIENTS=${CLIENTS:-32} DURATION=${SECONDS_RUN:-${DURATION:-600}} NP=${NP:-8} CTX=${CTX:-8192} THREADS=${THREADS:-2}
 MAX_TOKENS=${MAX_TOKENS:-64} PRESET=${PRESET:-smollm2-135m} TYPE=${TYPE:-q8_0}
 REF=${REF:-$HOME/.cache/toy-reference}
@@ -20,7 +21,7 @@ mkdir -p "$WORK"
 [ -x "$REF/bin/llama-server" ] || bash "$HERE/../shared/tools/build-llama-reference.sh" "$REF" >/dev/null
 MODEL=$WORK/$PRESET.$TYPE.gguf
 [ -f "$MODEL" ] || "$TOY" init --preset "$PRESET" --type "$TYPE" --seed 1 -o "$MODEL" >&2
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); AMX: $(grep -q amx_tile /proc/cpuinfo && echo yes || echo no)"
+cpu_line
 echo "model $PRESET $TYPE, -np $NP -c $CTX -t $THREADS, $CLIENTS clients for ${DURATION}s, max_tokens $MAX_TOKENS"
 
 run_one() {  # name port command...

@@ -17,6 +17,7 @@
 # fuzzer (~/fuzzpause.sh) while timing.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 CLIENTS=${CLIENTS:-"1 4"} ROUNDS=${ROUNDS:-3} MAX_TOKENS=${MAX_TOKENS:-96} THREADS=${THREADS:-2}
 NP=${NP:-4} CTX=${CTX:-2048}
 MODEL=${MODEL:-$HOME/.cache/toy/bench-models/spec-target-360m-q8_0.gguf}
@@ -30,7 +31,7 @@ if [ "${PAUSE_FUZZ:-0}" = 1 ] && [ -x "$HOME/fuzzpause.sh" ]; then
   "$HOME/fuzzpause.sh" stop
   trap '"$HOME/fuzzpause.sh" cont' EXIT
 fi
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); AMX: $(grep -q amx_tile /proc/cpuinfo && echo yes || echo no)"
+cpu_line
 echo "model $(basename "$MODEL"), -np $NP -c $CTX -t $THREADS, max_tokens $MAX_TOKENS, $ROUNDS rounds per client"
 
 PROMPT="The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox"

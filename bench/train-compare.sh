@@ -24,16 +24,12 @@ TOY=$HERE/build/toy
 mkdir -p "$WORK"
 [ -x "$TOY" ] || make -C "$HERE" build >/dev/null
 [ -x "$REF/bin/llama-finetune" ] || bash "$SHARED/tools/build-llama-reference.sh" "$REF" >/dev/null
+. "$HERE/bench/lib.sh"
 cd "$WORK"
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); AMX: $(grep -q amx_tile /proc/cpuinfo && echo yes || echo no); threads $THREADS"
+echo "$(cpu_line); threads $THREADS"
 
 # text: llama-finetune makes windows of 128 with stride 64 from one document
-python3 - <<'PY'
-import random
-random.seed(0)
-w = "the a cat dog ran sat on mat and happy little big house tree saw went to Once upon time".split()
-open("words.txt", "w").write(" ".join(random.choice(w) for _ in range(6000)) + "\n")
-PY
+random_words words.txt 6000
 [ -f l5.gguf ] || "$TOY" init --arch llama --n-embd 512 --n-layer 5 --n-head 8 --n-head-kv 4 --n-ff 1536 --n-vocab 512 --type f32 -o l5.gguf 2>/dev/null
 cp "$SHARED/models/stories260K.gguf" stories260K.gguf
 

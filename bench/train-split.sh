@@ -22,15 +22,10 @@ SHARED=${SHARED:-$HERE/../shared}
 TOY=${TOY:-$HERE/build/toy}
 mkdir -p "$WORK"
 [ -x "$TOY" ] || make -C "$HERE" build >/dev/null
+. "$HERE/bench/lib.sh"
 cd "$WORK"
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); AMX: $(grep -q amx_tile /proc/cpuinfo && echo yes || echo no); toy: $TOY"
-
-python3 - <<'PY'
-import random
-random.seed(0)
-w = "the a cat dog ran sat on mat and happy little big house tree saw went to Once upon time".split()
-open("words.txt", "w").write(" ".join(random.choice(w) for _ in range(8000)) + "\n")
-PY
+echo "$(cpu_line); toy: $TOY"
+random_words words.txt 8000
 [ -f smol.gguf ] || "$TOY" init --arch llama --n-embd 576 --n-layer 30 --n-head 9 --n-head-kv 3 --n-ff 1536 \
   --n-vocab 49152 --type f32 -o smol.gguf 2>/dev/null
 cp "$SHARED/models/stories260K.gguf" stories260K.gguf
