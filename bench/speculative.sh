@@ -15,9 +15,13 @@
 #     llama-speculative(-simple) and llama-lookup there when they are missing
 #   RESULTS_DIR [a new temporary directory]
 #   PAUSE_FUZZ [0]: 1 pauses a background fuzzer (~/fuzzpause.sh) while timing
+#   TARGET, DRAFT, CTX [2048]: another pair, e.g. a trained one:
+#     TARGET=models/toy-stories.gguf DRAFT=../shared/models/stories260K.gguf CTX=256
+#     (toy's default model, 2.5 M parameters, and stories260K, the model whose
+#     stories it was trained on: same tokenizer, real acceptance rates)
 #
-# Models (made once with toy init; random weights, so a draft model's guesses
-# are rarely right and --draft-p-min 0.8 stops most drafts at once):
+# Default models (made once with toy init; random weights, so a draft model's
+# guesses are rarely right and --draft-p-min 0.8 stops most drafts at once):
 #   target: SmolLM2-360M's shape (960 x 32 blocks, 15/5 heads, ff 2560), Q8_0
 #   draft:  SmolLM2-135M's shape with the target's vocabulary, Q8_0
 # Greedy (--temp 0) everywhere, so every row emits the same text per engine.
@@ -54,10 +58,14 @@ if [ ! -x "$LB/llama-speculative" ] || [ ! -x "$LB/llama-speculative-simple" ] |
   cmake --build "$REF_DIR/build" --target llama-speculative llama-speculative-simple llama-lookup llama-completion -j"$(nproc)" >/dev/null
 fi
 
-TARGET=$MODEL_DIR/spec-target-360m-q8_0.gguf
-DRAFT=$MODEL_DIR/spec-draft-135m-q8_0.gguf
+CTX=${CTX:-2048}
+OWN_PAIR=${TARGET:+1}
+TARGET=${TARGET:-$MODEL_DIR/spec-target-360m-q8_0.gguf}
+DRAFT=${DRAFT:-$MODEL_DIR/spec-draft-135m-q8_0.gguf}
 VOCAB=$MODEL_DIR/spec-vocab-135m.gguf
-if [ ! -f "$TARGET" ] || [ ! -f "$DRAFT" ]; then
+if [ -n "$OWN_PAIR" ]; then
+  for f in "$TARGET" "$DRAFT"; do [ -f "$f" ] || { echo "no model $f" >&2; exit 1; }; done
+elif [ ! -f "$TARGET" ] || [ ! -f "$DRAFT" ]; then
   echo "making the models in $MODEL_DIR ..." >&2
   "$TOY" init -q --preset smollm2-135m --type q8_0 -s 1 -o "$VOCAB"
   "$TOY" init -q --preset smollm2-135m --n-embd 960 --n-layer 32 --n-head 15 --n-head-kv 5 --n-ff 2560 \
@@ -82,7 +90,7 @@ toy_row() {
   local log=$RESULTS_DIR/toy-${name// /_}.log tps=() acc="-"
   : >"$log"
   for _ in $(seq "$REPS"); do
-    "$TOY" run -m "$TARGET" -p "$prompt" -n "$N" --temp 0 --ignore-eos -t "$THREADS" -c 2048 --json "$@" \
+    "$TOY" run -m "$TARGET" -p "$prompt" -n "$N" --temp 0 --ignore-eos -t "$THREADS" -c "$CTX" --json "$@" \
       >"$RESULTS_DIR/out.json" 2>>"$log"
     cat "$RESULTS_DIR/out.json" >>"$log"
     tps+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["timings"]["predicted_per_second"])' "$RESULTS_DIR/out.json")")
@@ -99,7 +107,7 @@ llama_row() {
   : >"$log"
   for _ in $(seq "$REPS"); do
     local one=$RESULTS_DIR/one.log
-    "$LB/$tool" -m "$TARGET" -p "$prompt" -n "$N" --temp 0 --ignore-eos -t "$THREADS" -c 2048 "$@" >"$one" 2>&1 </dev/null || true
+    "$LB/$tool" -m "$TARGET" -p "$prompt" -n "$N" --temp 0 --ignore-eos -t "$THREADS" -c "$CTX" "$@" >"$one" 2>&1 </dev/null || true
     cat "$one" >>"$log"
     if [ "$tool" = llama-completion ]; then
       tps+=("$(grep -E 'eval time' "$one" | grep -v prompt | tail -1 | sed -E 's/.*, *([0-9.]+) tokens per second.*/\1/')")
