@@ -33,7 +33,7 @@ struct LoraFlags {
 // -mg, -dev, --rpc, and --list-devices (lists and exits).
 struct SplitFlags {
     // -ngl's default: every block when a device exists (inference), or 0
-    // (toy train, where only a LoRA run's frozen base can go to a device)
+    // (toy train, where a block goes to a device only when asked)
     explicit SplitFlags(int default_layers = SplitOptions::kAllLayers) : n_gpu_layers(default_layers) {}
     int n_gpu_layers;
     std::string split_mode = "layer";
