@@ -1,5 +1,6 @@
 #include "graph/blocks.h"
 
+#include "graph/flash_attention.h"
 #include "graph/packed_matmul.h"
 
 #include <cmath>
@@ -115,6 +116,10 @@ ggml_tensor *Builder::attention(ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, 
 
     if (o.flash_attn) {
         if (v_trans) v = ggml_transpose(ctx_, v);
+        if (!train_ && host_flash_attn_applies(q, k, v, mask, o.softcap)) {
+            ggml_tensor *out = host_flash_attn(ctx_, q, k, v, mask, o.kq_scale);  // [head_dim_v, n_head, n_tokens]
+            return ggml_reshape_2d(ctx_, out, out->ne[0] * out->ne[1], n_tokens);
+        }
         // the flash kernel wants F16 K/V; a quantized or F16 cache passes as is
         if (k->type == GGML_TYPE_F32) k = ggml_cast(ctx_, k, GGML_TYPE_F16);
         if (v->type == GGML_TYPE_F32) v = ggml_cast(ctx_, v, GGML_TYPE_F16);

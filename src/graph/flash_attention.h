@@ -1,0 +1,33 @@
+// toy's flash attention for prompts on the CPU (AVX-512), in place of
+// ggml_flash_attn_ext where it applies. ggml's CPU kernel converts every K
+// tile from F16 to F32 again for every tile of 32 queries and every query
+// head of a group, element by element: for a 512-token SmolLM2 prompt that
+// conversion costs as much as the products. Here K is converted once per
+// graph, into tiles of 16 cells laid out for the product (one op), V once
+// (ggml's cast), and the attention op then runs 16 queries against 16 cells
+// at a time: the 16 x 16 scores in 16 registers, an online softmax per row
+// (flash attention's running maximum and sum), the weighted V rows added
+// four queries at a time. Fully masked tiles (past the causal diagonal,
+// other sequences) are skipped. Same arithmetic as ggml's tiled kernel (F32
+// products, F32 accumulation), in another order.
+#pragma once
+
+#include <ggml.h>
+
+namespace toy::graph {
+
+// Whether toy's kernel takes this attention: the CPU has AVX-512, the query
+// has at least 16 rows (a prompt: decoding keeps ggml's), K and V are F16 or
+// F32 in host memory (or computed in this graph), a mask is given, no logit
+// softcap, head sizes multiples of 16 up to 256.
+// q: [head_dim_k, n_q, n_head]; k: [head_dim_k, n_kv, n_head_kv];
+// v: [head_dim_v, n_kv, n_head_kv]; mask: F16 [n_kv, >= n_q].
+bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *mask,
+                             float softcap);
+
+// softmax(scale * q k^T + mask) v per head, as ggml_flash_attn_ext (without
+// ALiBi, sinks or softcap): [head_dim_v, n_head, n_q], F32.
+ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, ggml_tensor *mask,
+                             float scale);
+
+}  // namespace toy::graph

@@ -1,0 +1,154 @@
+// toy's flash attention for prompts (graph/flash_attention.h) against the
+// exact attention, in double, over the same F16 or F32 values: head sizes 16
+// to 256, grouped query heads, KV lengths that are not a multiple of its
+// 16-cell tiles, query counts that are not a multiple of its 16-row units,
+// causal, two-sequence and fully masked rows, strided views as the KV cache
+// gives them.
+#include "graph/flash_attention.h"
+
+#include <fmt/format.h>
+#include <ggml-cpu.h>
+#include <ggml.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace toy;
+
+namespace {
+
+struct Case {
+    int64_t head_dim, head_dim_v, n_head, n_head_kv, n_q, n_kv;
+    ggml_type kv_type;
+};
+
+// The mask row of query i over n_kv cells: the queries are the last n_q
+// positions of the cells; queries of the first third see everything before
+// them (causal), the rest only the cells from the middle on (a second
+// sequence); query 5 sees nothing.
+bool visible(int64_t i, int64_t j, int64_t n_q, int64_t n_kv) {
+    const int64_t pos = n_kv - n_q + i;
+    if (i == 5) return false;
+    if (j > pos) return false;
+    return i < n_q / 3 || j >= n_kv / 2;
+}
+
+}  // namespace
+
+TEST(FlashAttention, PromptKernelEqualsExactAttention) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    const std::vector<Case> cases = {
+        {64, 64, 9, 3, 48, 256, GGML_TYPE_F16},    // SmolLM2's heads, a 256-cell cache
+        {64, 64, 9, 3, 37, 53, GGML_TYPE_F16},     // partial tiles and units
+        {128, 128, 4, 1, 16, 16, GGML_TYPE_F32},   // one tile, one unit, F32 cache
+        {16, 32, 2, 2, 100, 120, GGML_TYPE_F16},   // small K heads, V head larger (16-wide tail)
+        {256, 256, 2, 1, 20, 40, GGML_TYPE_F16},   // the largest heads
+        {32, 80, 6, 2, 33, 70, GGML_TYPE_F32},     // 64 + 16 values of V
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} {}", c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv,
+                                 c.n_q, c.n_kv, ggml_type_name(c.kv_type)));
+        const int64_t mask_rows = GGML_PAD(c.n_q, 64);
+        ggml_init_params ip{(size_t)(c.head_dim * c.n_head * c.n_q * 4 +
+                                     2 * (c.head_dim + c.head_dim_v) * c.n_head_kv * (c.n_kv + 8) * 4 +
+                                     c.n_kv * mask_rows * 2 + c.head_dim_v * c.n_head * c.n_q * 8) +
+                                (c.head_dim + c.head_dim_v) * c.n_head_kv * c.n_kv * 16 * 2 + 64 * ggml_tensor_overhead() +
+                                ggml_graph_overhead() + (1 << 20),
+                            nullptr, false};
+        ggml_context *ctx = ggml_init(ip);
+        // as the cache holds them: [head_dim * n_head_kv] per cell, 8 cells more than attended
+        ggml_tensor *kc = ggml_new_tensor_2d(ctx, c.kv_type, c.head_dim * c.n_head_kv, c.n_kv + 8);
+        ggml_tensor *vc = ggml_new_tensor_2d(ctx, c.kv_type, c.head_dim_v * c.n_head_kv, c.n_kv + 8);
+        std::vector<float> kf(ggml_nelements(kc)), vf(ggml_nelements(vc));
+        for (float &x : kf) x = g(rng);
+        for (float &x : vf) x = g(rng);
+        for (auto [t, f] : {std::pair{kc, &kf}, std::pair{vc, &vf}}) {
+            if (c.kv_type == GGML_TYPE_F16) {
+                ggml_fp32_to_fp16_row(f->data(), static_cast<ggml_fp16_t *>(t->data), (int64_t)f->size());
+                ggml_fp16_to_fp32_row(static_cast<ggml_fp16_t *>(t->data), f->data(), (int64_t)f->size());  // the values it holds
+            } else {
+                std::copy(f->begin(), f->end(), static_cast<float *>(t->data));
+            }
+        }
+        auto view = [&](ggml_tensor *cache, int64_t d) {  // [d, n_kv, n_head_kv], strided
+            ggml_tensor *v3 = ggml_view_3d(ctx, cache, d, c.n_head_kv, c.n_kv, ggml_row_size(cache->type, d), cache->nb[1], 0);
+            return ggml_permute(ctx, v3, 0, 2, 1, 3);
+        };
+        ggml_tensor *k = view(kc, c.head_dim), *v = view(vc, c.head_dim_v);
+        ggml_tensor *q3 = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, c.head_dim, c.n_head, c.n_q);
+        for (int64_t i = 0; i < ggml_nelements(q3); ++i) static_cast<float *>(q3->data)[i] = g(rng);
+        ggml_tensor *q = ggml_permute(ctx, q3, 0, 2, 1, 3);  // [head_dim, n_q, n_head]
+        ggml_tensor *mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, c.n_kv, mask_rows);
+        for (int64_t i = 0; i < mask_rows; ++i)
+            for (int64_t j = 0; j < c.n_kv; ++j) {
+                static_cast<ggml_fp16_t *>(mask->data)[i * c.n_kv + j] =
+                    ggml_fp32_to_fp16(i < c.n_q && visible(i, j, c.n_q, c.n_kv) ? 0.0f : -INFINITY);
+            }
+        const float scale = 1.0f / std::sqrt((float)c.head_dim);
+        if (!graph::host_flash_attn_applies(q, k, v, mask, 0.0f)) {
+            ggml_free(ctx);
+            GTEST_SKIP() << "this CPU has no AVX-512: ggml's flash attention runs instead";
+        }
+        ggml_tensor *out = graph::host_flash_attn(ctx, q, k, v, mask, scale);
+        ASSERT_EQ(out->ne[0], c.head_dim_v);
+        ASSERT_EQ(out->ne[1], c.n_head);
+        ASSERT_EQ(out->ne[2], c.n_q);
+        ggml_cgraph *gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, out);
+        ggml_graph_compute_with_ctx(ctx, gf, 2);
+
+        double worst = 0;
+        const int64_t group = c.n_head / c.n_head_kv;
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            const int64_t hk = h / group;
+            for (int64_t i = 0; i < c.n_q; ++i) {
+                const float *qi = static_cast<const float *>(q3->data) + (i * c.n_head + h) * c.head_dim;
+                std::vector<double> s(c.n_kv, -INFINITY);
+                double top = -INFINITY;
+                for (int64_t j = 0; j < c.n_kv; ++j) {
+                    if (!visible(i, j, c.n_q, c.n_kv)) continue;
+                    const float *kj = kf.data() + j * c.head_dim * c.n_head_kv + hk * c.head_dim;
+                    double dot = 0;
+                    for (int64_t d = 0; d < c.head_dim; ++d) dot += (double)qi[d] * kj[d];
+                    s[j] = dot * scale;
+                    top = std::max(top, s[j]);
+                }
+                double sum = 0;
+                for (double &x : s) sum += x = std::isinf(x) ? 0.0 : std::exp(x - top);
+                const float *oi = static_cast<const float *>(out->data) + (i * c.n_head + h) * c.head_dim_v;
+                for (int64_t d = 0; d < c.head_dim_v; ++d) {
+                    double want = 0;
+                    for (int64_t j = 0; j < c.n_kv; ++j) want += s[j] * vf[j * c.head_dim_v * c.n_head_kv + hk * c.head_dim_v + d];
+                    want = sum > 0 ? want / sum : 0.0;  // a row that sees nothing: 0, as ggml gives
+                    worst = std::max(worst, std::fabs(oi[d] - want));
+                }
+            }
+        }
+        EXPECT_LE(worst, 2e-5);
+        ggml_free(ctx);
+    }
+}
+
+TEST(FlashAttention, PromptKernelLeavesTheRestToGgml) {
+    ggml_init_params ip{64 * ggml_tensor_overhead(), nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    auto q = [&](int64_t d, int64_t n_q) { return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d, n_q, 4); };
+    auto kv = [&](ggml_type t, int64_t d) { return ggml_new_tensor_3d(ctx, t, d, 64, 2); };
+    ggml_tensor *mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 64, 64);
+    ggml_tensor *k = kv(GGML_TYPE_F16, 64), *v = kv(GGML_TYPE_F16, 64);
+    if (!graph::host_flash_attn_applies(q(64, 32), k, v, mask, 0.0f)) {
+        ggml_free(ctx);
+        GTEST_SKIP() << "this CPU has no AVX-512";
+    }
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 1), k, v, mask, 0.0f));    // decoding
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 15), k, v, mask, 0.0f));   // fewer than 16 queries
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, mask, 50.0f));  // a logit softcap (Gemma 2)
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, nullptr, 0.0f));
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q8_0, 64), kv(GGML_TYPE_Q8_0, 64), mask, 0.0f));
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(72, 32), kv(GGML_TYPE_F16, 72), kv(GGML_TYPE_F16, 72), mask, 0.0f));
+    ggml_free(ctx);
+}
