@@ -1,10 +1,12 @@
 // toy's flash attention for prompts (graph/flash_attention.h) against the
 // exact attention, in double, over the same F16 or F32 values: head sizes 16
 // to 256, grouped query heads, KV lengths that are not a multiple of its
-// 16-cell tiles, query counts that are not a multiple of its 16-row units,
-// causal, two-sequence and fully masked rows, strided views as the KV cache
-// gives them.
+// tiles, query counts that are not a multiple of its units, causal,
+// two-sequence and fully masked rows, strided views as the KV cache gives
+// them; with the AVX-512 set (16-cell tiles, 16-query units) and the AVX2
+// set (8 and 8).
 #include "graph/flash_attention.h"
+#include "kernel_set_scope.h"
 
 #include <fmt/format.h>
 #include <ggml-cpu.h>
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 using namespace toy;
@@ -38,7 +41,11 @@ bool visible(int64_t i, int64_t j, int64_t n_q, int64_t n_kv) {
 
 }  // namespace
 
-TEST(FlashAttention, PromptKernelEqualsExactAttention) {
+class FlashAttentionWith : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
+    KernelSetScope scope(GetParam());
+    if (!scope.ok()) GTEST_SKIP() << "this CPU does not run the " << GetParam() << " kernels";
     std::mt19937 rng(5);
     std::normal_distribution<float> g(0.0f, 1.0f);
     const std::vector<Case> cases = {
@@ -89,10 +96,7 @@ TEST(FlashAttention, PromptKernelEqualsExactAttention) {
                     ggml_fp32_to_fp16(i < c.n_q && visible(i, j, c.n_q, c.n_kv) ? 0.0f : -INFINITY);
             }
         const float scale = 1.0f / std::sqrt((float)c.head_dim);
-        if (!graph::host_flash_attn_applies(q, k, v, mask, 0.0f)) {
-            ggml_free(ctx);
-            GTEST_SKIP() << "this CPU has no AVX-512: ggml's flash attention runs instead";
-        }
+        ASSERT_TRUE(graph::host_flash_attn_applies(q, k, v, mask, 0.0f));
         ggml_tensor *out = graph::host_flash_attn(ctx, q, k, v, mask, scale);
         ASSERT_EQ(out->ne[0], c.head_dim_v);
         ASSERT_EQ(out->ne[1], c.n_head);
@@ -133,6 +137,8 @@ TEST(FlashAttention, PromptKernelEqualsExactAttention) {
     }
 }
 
+INSTANTIATE_TEST_SUITE_P(Sets, FlashAttentionWith, ::testing::Values("avx512", "avx2"));
+
 TEST(FlashAttention, PromptKernelLeavesTheRestToGgml) {
     ggml_init_params ip{64 * ggml_tensor_overhead(), nullptr, true};
     ggml_context *ctx = ggml_init(ip);
@@ -142,7 +148,7 @@ TEST(FlashAttention, PromptKernelLeavesTheRestToGgml) {
     ggml_tensor *k = kv(GGML_TYPE_F16, 64), *v = kv(GGML_TYPE_F16, 64);
     if (!graph::host_flash_attn_applies(q(64, 32), k, v, mask, 0.0f)) {
         ggml_free(ctx);
-        GTEST_SKIP() << "this CPU has no AVX-512";
+        GTEST_SKIP() << "this CPU runs neither of toy's kernel sets";
     }
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 1), k, v, mask, 0.0f));    // decoding
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 15), k, v, mask, 0.0f));   // fewer than 16 queries

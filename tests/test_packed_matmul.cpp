@@ -3,6 +3,7 @@
 // differently (1-8 per pass, partial passes, several 64-column panels) and
 // for inputs that are views with strides.
 #include "graph/packed_matmul.h"
+#include "kernel_set_scope.h"
 
 #include <fmt/format.h>
 #include <ggml-cpu.h>
@@ -26,20 +27,6 @@ struct Case {
 };
 
 }  // namespace
-
-// Runs a test body with one kernel set, putting the process's set back after.
-class KernelSetScope {
-public:
-    explicit KernelSetScope(const std::string &name) : before_(graph::packed_kernels_name()) {
-        ok_ = graph::use_packed_kernels(name);
-    }
-    ~KernelSetScope() { graph::use_packed_kernels(before_); }
-    bool ok() const { return ok_; }
-
-private:
-    std::string before_;
-    bool ok_ = false;
-};
 
 class PackedMatmulOf : public ::testing::TestWithParam<std::tuple<ggml_type, std::string>> {};
 

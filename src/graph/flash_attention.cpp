@@ -1,6 +1,7 @@
 #include "graph/flash_attention.h"
 
 #include "graph/packed_kernels.h"
+#include "graph/packed_matmul.h"
 
 #include <ggml-backend.h>
 #include <ggml-cpu.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <string_view>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -19,8 +21,6 @@
 namespace toy::graph {
 namespace {
 
-constexpr int kRows = 16;    // queries per unit of work
-constexpr int kCells = 16;   // KV cells per tile: one register of scores per query
 constexpr int64_t kMaxHead = 256;
 
 // The scale of an attention op, where its kernel finds it (userdata): one
@@ -35,190 +35,167 @@ const float *scale_slot(float scale) {
 }
 
 #if defined(__x86_64__)
-TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wignored-attributes"
 #endif
 
-// e^x, to about 1 ulp (Cephes' polynomial after x = n ln 2 + r); exactly 0
-// below -110 (e^x is far under the smallest denormal there), so a masked
-// score weighs nothing.
-inline __m512 exp_ps(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-110.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
+// Cephes' e^x polynomial, after x = n ln 2 + r (about 1 ulp)
+#define TOY_EXP_POLY(V, mul, add, fma, set1, x, n)                                              \
+    V r = fma(n, set1(-0.693359375f), x);                                                      \
+    r = fma(n, set1(2.12194440e-4f), r);                                                       \
+    V p = set1(1.9875691500e-4f);                                                              \
+    p = fma(p, r, set1(1.3981999507e-3f));                                                     \
+    p = fma(p, r, set1(8.3334519073e-3f));                                                     \
+    p = fma(p, r, set1(4.1665795894e-2f));                                                     \
+    p = fma(p, r, set1(1.6666665459e-1f));                                                     \
+    p = fma(p, r, set1(5.0000001201e-1f));                                                     \
+    p = fma(p, mul(r, r), add(r, set1(1.0f)));
+
+TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+// 16 lanes: a tile of 16 cells, units of 16 queries (16 score registers of 32)
+struct Avx512 {
+    using V = __m512;
+    static constexpr int W = 16, kRows = 16, kBlock = 4;  // kBlock: V vectors per row in O += P V
+    static V zero() { return _mm512_setzero_ps(); }
+    static V set1(float x) { return _mm512_set1_ps(x); }
+    static V load(const float *p) { return _mm512_loadu_ps(p); }
+    static void store(float *p, V v) { _mm512_storeu_ps(p, v); }
+    static V add(V a, V b) { return _mm512_add_ps(a, b); }
+    static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static float hmax(V v) { return _mm512_reduce_max_ps(v); }
+    static float hsum(V v) { return _mm512_reduce_add_ps(v); }
+    static V halves(const ggml_fp16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+    // n halves (the rest of the vector -inf)
+    static V halves_or_neg_inf(const ggml_fp16_t *p, int n) {
+        const __mmask16 m = (__mmask16)((1u << n) - 1);
+        return _mm512_mask_blend_ps(m, set1(-INFINITY), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)));
+    }
+    static bool any_above_neg_inf(V v) { return _mm512_cmp_ps_mask(v, set1(-INFINITY), _CMP_NEQ_OQ) != 0; }
+    // e^x; exactly 0 below -110 (far under the smallest denormal), so a masked score weighs nothing
+    static V exp(V x) {
+        x = _mm512_max_ps(x, set1(-110.0f));
+        const V n = _mm512_roundscale_ps(_mm512_mul_ps(x, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+        TOY_EXP_POLY(V, mul, add, fma, set1, x, n)
+        return _mm512_scalef_ps(p, n);
+    }
+};
+TOY_TARGET_END
+
+TOY_TARGET_BEGIN("avx2,fma,f16c")
+// 8 lanes: a tile of 8 cells, units of 8 queries (8 score registers of 16)
+struct Avx2 {
+    using V = __m256;
+    static constexpr int W = 8, kRows = 8, kBlock = 2;
+    static V zero() { return _mm256_setzero_ps(); }
+    static V set1(float x) { return _mm256_set1_ps(x); }
+    static V load(const float *p) { return _mm256_loadu_ps(p); }
+    static void store(float *p, V v) { _mm256_storeu_ps(p, v); }
+    static V add(V a, V b) { return _mm256_add_ps(a, b); }
+    static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static float hmax(V v) {
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    }
+    static float hsum(V v) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+    }
+    static V halves(const ggml_fp16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+    static V halves_or_neg_inf(const ggml_fp16_t *p, int n) {
+        if (n == W) return halves(p);
+        alignas(16) ggml_fp16_t h[W];
+        for (int j = 0; j < W; ++j) h[j] = j < n ? p[j] : (ggml_fp16_t)0xFC00;  // -inf
+        return halves(h);
+    }
+    static bool any_above_neg_inf(V v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, set1(-INFINITY), _CMP_NEQ_OQ)) != 0; }
+    // e^x; 0 below -87.3, where e^x leaves the normal floats
+    static V exp(V x) {
+        const V tiny = _mm256_cmp_ps(x, set1(-87.3f), _CMP_LT_OQ);
+        x = _mm256_max_ps(x, set1(-87.3f));
+        const V n = _mm256_round_ps(_mm256_mul_ps(x, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        TOY_EXP_POLY(V, mul, add, fma, set1, x, n)
+        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+    }
+};
+TOY_TARGET_END
+
+#undef TOY_EXP_POLY
 
 // K [head_dim, n_kv, n_head_kv] (F16 or F32, rows strided) -> F32 tiles
-// [16 cells, head_dim, n_tiles, n_head_kv]: element (d, cell j) of a tile at
-// d * 16 + j, so a tile's 16 scores of a query are one vector per d. Cells
-// past n_kv are zero.
+// [W cells, head_dim, n_tiles, n_head_kv] (W = dst->ne[0]): element (d, cell
+// j) of a tile at d * W + j, so a tile's W scores of a query are one vector
+// per d. Cells past n_kv are zero.
 void k_tiles_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     const ggml_tensor *k = dst->src[0];
-    const int64_t D = k->ne[0], n_kv = k->ne[1], n_tiles = dst->ne[2], units = n_tiles * dst->ne[3];
-    alignas(64) float rows[kCells * kMaxHead];
+    const int64_t W = dst->ne[0], D = k->ne[0], n_kv = k->ne[1], n_tiles = dst->ne[2], units = n_tiles * dst->ne[3];
+    float rows[16 * kMaxHead];
     for (int64_t u = ith; u < units; u += nth) {
         const int64_t hk = u / n_tiles, t = u % n_tiles;
-        for (int j = 0; j < kCells; ++j) {
+        for (int64_t j = 0; j < W; ++j) {
             float *row = rows + j * D;
-            const int64_t cell = t * kCells + j;
+            const int64_t cell = t * W + j;
             if (cell >= n_kv) {
                 std::fill(row, row + D, 0.0f);
                 continue;
             }
             const char *src = static_cast<const char *>(k->data) + cell * k->nb[1] + hk * k->nb[2];
             if (k->type == GGML_TYPE_F16) {
-                for (int64_t d = 0; d < D; d += 16) {
-                    _mm512_store_ps(row + d, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(src) + d / 16)));
-                }
+                ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(src), row, D);
             } else {
                 std::memcpy(row, src, D * sizeof(float));
             }
         }
         float *out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[2] + hk * dst->nb[3]);
         for (int64_t d = 0; d < D; ++d)
-            for (int j = 0; j < kCells; ++j) out[d * kCells + j] = rows[j * D + d];
+            for (int64_t j = 0; j < W; ++j) out[d * W + j] = rows[j * D + d];
     }
 }
 
-// Four rows of O (o, `o_row` apart), B x 16 values each, += their weights in
-// p (kCells per row) times the V rows (v, `v_row` apart) of n_cells cells.
-template <int B>
-inline void add_weighted_rows(float *o, int64_t o_row, const float *p, const float *v, int64_t v_row, int n_cells) {
-    __m512 acc[4][B];
-    for (int i = 0; i < 4; ++i)
-        for (int b = 0; b < B; ++b) acc[i][b] = _mm512_load_ps(o + i * o_row + 16 * b);
-    for (int j = 0; j < n_cells; ++j) {
-        __m512 vj[B];
-        for (int b = 0; b < B; ++b) vj[b] = _mm512_loadu_ps(v + j * v_row + 16 * b);
-        for (int i = 0; i < 4; ++i) {
-            const __m512 pij = _mm512_set1_ps(p[i * kCells + j]);
-            for (int b = 0; b < B; ++b) acc[i][b] = _mm512_fmadd_ps(pij, vj[b], acc[i][b]);
-        }
-    }
-    for (int i = 0; i < 4; ++i)
-        for (int b = 0; b < B; ++b) _mm512_store_ps(o + i * o_row + 16 * b, acc[i][b]);
-}
+namespace avx512 {
+TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+using I = Avx512;
+#include "graph/flash_attention_impl.inc"
+TOY_TARGET_END
+}  // namespace avx512
 
-// One unit: queries [r0, r0 + n_rows) of head h against every tile.
-void attend(const ggml_tensor *q, const ggml_tensor *kt, const ggml_tensor *v, const ggml_tensor *mask, ggml_tensor *dst,
-            float scale, int64_t h, int64_t r0, int n_rows) {
-    const int64_t D = q->ne[0], Dv = v->ne[0], n_kv = v->ne[1], n_tiles = kt->ne[2];
-    const int64_t hk = h / (q->ne[2] / v->ne[2]);
-    alignas(64) float Q[kRows * kMaxHead];
-    alignas(64) float O[kRows * kMaxHead];
-    alignas(64) float P[kRows * kCells];
-    float m[kRows], l[kRows];
-    for (int i = 0; i < kRows; ++i) {
-        float *qi = Q + i * D;
-        if (i < n_rows) {
-            std::memcpy(qi, static_cast<const char *>(q->data) + (r0 + i) * q->nb[1] + h * q->nb[2], D * sizeof(float));
-        } else {
-            std::fill(qi, qi + D, 0.0f);
-        }
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-    }
-    std::fill(O, O + kRows * Dv, 0.0f);
-    std::fill(P, P + kRows * kCells, 0.0f);
-    const char *mask_rows = static_cast<const char *>(mask->data) + (h % mask->ne[2]) * mask->nb[2];
-    const float *kbase = reinterpret_cast<const float *>(static_cast<const char *>(kt->data) + hk * kt->nb[3]);
-    const float *vbase = reinterpret_cast<const float *>(static_cast<const char *>(v->data) + hk * v->nb[2]);
-    const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
-    for (int64_t t = 0; t < n_tiles; ++t) {
-        const int64_t c0 = t * kCells;
-        const int n_cells = (int)std::min<int64_t>(kCells, n_kv - c0);
-        const __mmask16 valid = (__mmask16)((1u << n_cells) - 1);
-        __m512 mk[kRows];
-        bool any = false;
-        for (int i = 0; i < n_rows; ++i) {
-            const auto *mrow = reinterpret_cast<const ggml_fp16_t *>(mask_rows + (r0 + i) * mask->nb[1]) + c0;
-            const __m256i bits = _mm256_maskz_loadu_epi16(valid, mrow);
-            mk[i] = _mm512_mask_blend_ps(valid, neg_inf, _mm512_cvtph_ps(bits));
-            any |= _mm512_cmp_ps_mask(mk[i], neg_inf, _CMP_NEQ_OQ) != 0;
-        }
-        if (!any) continue;
-        // the 16 x 16 scores: query i's in s[i]
-        __m512 s[kRows];
-        for (int i = 0; i < kRows; ++i) s[i] = _mm512_setzero_ps();
-        const float *kb = kbase + t * kCells * D;
-        for (int64_t d = 0; d < D; ++d) {
-            const __m512 kd = _mm512_loadu_ps(kb + d * kCells);
-            for (int i = 0; i < kRows; ++i) s[i] = _mm512_fmadd_ps(_mm512_set1_ps(Q[i * D + d]), kd, s[i]);
-        }
-        // online softmax, row by row
-        for (int i = 0; i < n_rows; ++i) {
-            const __m512 si = _mm512_add_ps(_mm512_mul_ps(s[i], _mm512_set1_ps(scale)), mk[i]);
-            const float tile_max = _mm512_reduce_max_ps(si);
-            float *pi = P + i * kCells;
-            if (tile_max == -INFINITY) {
-                _mm512_store_ps(pi, _mm512_setzero_ps());
-                continue;
-            }
-            const float m_new = std::max(m[i], tile_max);
-            const __m512 p = exp_ps(_mm512_sub_ps(si, _mm512_set1_ps(m_new)));
-            _mm512_store_ps(pi, p);
-            const float alpha = m[i] == -INFINITY ? 0.0f : std::exp(m[i] - m_new);
-            l[i] = l[i] * alpha + _mm512_reduce_add_ps(p);
-            if (alpha != 1.0f) {
-                float *oi = O + i * Dv;
-                for (int64_t c = 0; c < Dv; c += 16) _mm512_store_ps(oi + c, _mm512_mul_ps(_mm512_load_ps(oi + c), _mm512_set1_ps(alpha)));
-            }
-            m[i] = m_new;
-        }
-        // O += P V: four queries by 64 values at a time (16 sums), 16 at the end
-        const float *vt = vbase + c0 * (v->nb[1] / sizeof(float));
-        const int64_t v_row = v->nb[1] / sizeof(float);
-        for (int i0 = 0; i0 < n_rows; i0 += 4) {
-            int64_t c = 0;
-            for (; c + 64 <= Dv; c += 64) add_weighted_rows<4>(O + i0 * Dv + c, Dv, P + i0 * kCells, vt + c, v_row, n_cells);
-            for (; c < Dv; c += 16) add_weighted_rows<1>(O + i0 * Dv + c, Dv, P + i0 * kCells, vt + c, v_row, n_cells);
-        }
-    }
-    // out [head_dim_v, n_head, n_q]: row i / its sum (0 for a row that sees nothing, as ggml)
-    for (int i = 0; i < n_rows; ++i) {
-        float *out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + (r0 + i) * dst->nb[2] + h * dst->nb[1]);
-        const __m512 inv = _mm512_set1_ps(l[i] == 0.0f ? 0.0f : 1.0f / l[i]);
-        for (int64_t c = 0; c < Dv; c += 16) _mm512_storeu_ps(out + c, _mm512_mul_ps(_mm512_load_ps(O + i * Dv + c), inv));
-    }
-}
+namespace avx2 {
+TOY_TARGET_BEGIN("avx2,fma,f16c")
+using I = Avx2;
+#include "graph/flash_attention_impl.inc"
+TOY_TARGET_END
+}  // namespace avx2
 
 void attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     const float scale = *static_cast<const float *>(userdata);
-    const ggml_tensor *q = dst->src[0], *kt = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    const int64_t n_q = q->ne[1], n_head = q->ne[2], n_units_per_head = (n_q + kRows - 1) / kRows;
-    for (int64_t u = ith; u < n_head * n_units_per_head; u += nth) {
-        const int64_t h = u / n_units_per_head, r0 = (u % n_units_per_head) * kRows;
-        attend(q, kt, v, mask, dst, scale, h, r0, (int)std::min<int64_t>(kRows, n_q - r0));
+    if (dst->src[1]->ne[0] == Avx512::W) {
+        avx512::attention(dst, ith, nth, scale);
+    } else {
+        avx2::attention(dst, ith, nth, scale);
     }
 }
 
 #pragma GCC diagnostic pop
-
-TOY_TARGET_END
 #endif  // __x86_64__
 
-bool cpu_has_avx512() {
-#if defined(__x86_64__)
-    static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                            __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    return has;
-#else
-    return false;
-#endif
+// The lanes of the kernel this process runs: 16 (AVX-512), 8 (AVX2), 0
+// (none: ggml's). It follows toy's packed kernel set (TOY_PACKED_KERNELS
+// picks it for comparisons); TOY_FLASH_ATTN_KERNEL=ggml turns it off.
+int kernel_lanes() {
+    static const bool off = [] {
+        const char *e = std::getenv("TOY_FLASH_ATTN_KERNEL");
+        return e && std::strcmp(e, "ggml") == 0;
+    }();
+    if (off) return 0;
+    const std::string_view set = packed_kernels_name();
+    return set == "avx512" ? 16 : set == "avx2" ? 8 : 0;
 }
 
 // Where t's bytes are: in host memory, or not allocated yet (computed in this graph).
@@ -231,13 +208,9 @@ bool on_host(const ggml_tensor *t) {
 
 bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *mask,
                              float softcap) {
-    static const bool off = [] {
-        const char *e = std::getenv("TOY_FLASH_ATTN_KERNEL");
-        return e && std::strcmp(e, "ggml") == 0;
-    }();
-    if (off || !cpu_has_avx512() || !mask || softcap != 0.0f) return false;
+    if (kernel_lanes() == 0 || !mask || softcap != 0.0f) return false;
     const bool kv_types = (k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32) && v->type == k->type;
-    return kv_types && q->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F16 && q->ne[1] >= kRows &&
+    return kv_types && q->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F16 && q->ne[1] >= 16 &&
            q->ne[0] % 16 == 0 && q->ne[0] <= kMaxHead && v->ne[0] % 16 == 0 && v->ne[0] <= kMaxHead &&
            k->ne[0] == q->ne[0] && k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && q->ne[2] % k->ne[2] == 0 &&
            q->ne[3] == 1 && k->ne[3] == 1 && mask->ne[0] >= k->ne[1] && mask->ne[1] >= q->ne[1] &&
@@ -247,10 +220,10 @@ bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const g
 
 ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, ggml_tensor *mask, float scale) {
 #if defined(__x86_64__)
-    const int64_t n_tiles = (k->ne[1] + kCells - 1) / kCells;
+    const int64_t lanes = kernel_lanes(), n_tiles = (k->ne[1] + lanes - 1) / lanes;
     ggml_tensor *k_args[] = {k};
     ggml_tensor *kt =
-        ggml_custom_4d(ctx, GGML_TYPE_F32, kCells, k->ne[0], n_tiles, k->ne[2], k_args, 1, k_tiles_kernel, GGML_N_TASKS_MAX, nullptr);
+        ggml_custom_4d(ctx, GGML_TYPE_F32, lanes, k->ne[0], n_tiles, k->ne[2], k_args, 1, k_tiles_kernel, GGML_N_TASKS_MAX, nullptr);
     ggml_tensor *v32 = v->type == GGML_TYPE_F32 ? ggml_cont(ctx, v) : ggml_cast(ctx, v, GGML_TYPE_F32);  // [head_dim_v, n_kv, n_head_kv]
     ggml_tensor *args[] = {q, kt, v32, mask};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0], q->ne[2], q->ne[1], 1, args, 4, attention_kernel, GGML_N_TASKS_MAX,

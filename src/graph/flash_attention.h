@@ -1,22 +1,24 @@
-// toy's flash attention for prompts on the CPU (AVX-512), in place of
+// toy's flash attention for prompts on the CPU (AVX-512 or AVX2), in place of
 // ggml_flash_attn_ext where it applies. ggml's CPU kernel converts every K
 // tile from F16 to F32 again for every tile of 32 queries and every query
 // head of a group, element by element: for a 512-token SmolLM2 prompt that
 // conversion costs as much as the products. Here K is converted once per
-// graph, into tiles of 16 cells laid out for the product (one op), V once
-// (ggml's cast), and the attention op then runs 16 queries against 16 cells
-// at a time: the 16 x 16 scores in 16 registers, an online softmax per row
-// (flash attention's running maximum and sum), the weighted V rows added
-// four queries at a time. Fully masked tiles (past the causal diagonal,
-// other sequences) are skipped. Same arithmetic as ggml's tiled kernel (F32
-// products, F32 accumulation), in another order.
+// graph, into tiles of 16 cells (AVX2: 8) laid out for the product (one
+// op), V once (ggml's cast), and the attention op then runs 16 queries
+// against 16 cells at a time (AVX2: 8 against 8): the scores in 16 (8)
+// registers, an online softmax per row (flash attention's running maximum
+// and sum), the weighted V rows added four queries at a time. Fully masked
+// tiles (past the causal diagonal, other sequences) are skipped. Same
+// arithmetic as ggml's tiled kernel (F32 products, F32 accumulation), in
+// another order.
 #pragma once
 
 #include <ggml.h>
 
 namespace toy::graph {
 
-// Whether toy's kernel takes this attention: the CPU has AVX-512, the query
+// Whether toy's kernel takes this attention: toy runs a kernel set on this
+// CPU (AVX-512 or AVX2, the packed matmuls' choice: TOY_PACKED_KERNELS), the query
 // has at least 16 rows (a prompt: decoding keeps ggml's), K and V are F16 or
 // F32 in host memory (or computed in this graph), a mask is given, no logit
 // softcap, head sizes multiples of 16 up to 256.
