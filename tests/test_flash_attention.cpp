@@ -3,8 +3,9 @@
 // to 256, grouped query heads, KV lengths that are not a multiple of its
 // tiles, query counts that are not a multiple of its units, causal,
 // two-sequence and fully masked rows, strided views as the KV cache gives
-// them; with the AVX-512 set (16-cell tiles, 16-query units) and the AVX2
-// set (8 and 8).
+// them; prompts (16 queries or more, K converted into tiles first) and
+// decoding (fewer, the cache read as it is); with the AVX-512 set (16-cell
+// tiles, 16-query units) and the AVX2 set (8 and 8).
 #include "graph/flash_attention.h"
 #include "kernel_set_scope.h"
 
@@ -55,6 +56,11 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         {16, 32, 2, 2, 100, 120, GGML_TYPE_F16},   // small K heads, V head larger (16-wide tail)
         {256, 256, 2, 1, 20, 40, GGML_TYPE_F16},   // the largest heads
         {32, 80, 6, 2, 33, 70, GGML_TYPE_F32},     // 64 + 16 values of V
+        // decoding (fewer than 16 queries): the cache read as it is
+        {64, 64, 9, 3, 1, 256, GGML_TYPE_F16},
+        {64, 64, 9, 3, 3, 53, GGML_TYPE_F32},
+        {128, 128, 4, 1, 15, 40, GGML_TYPE_F16},
+        {32, 80, 6, 2, 7, 9, GGML_TYPE_F16},       // fewer cells than a tile
     };
     for (const Case &c : cases) {
         SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} {}", c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv,
@@ -150,8 +156,7 @@ TEST(FlashAttention, PromptKernelLeavesTheRestToGgml) {
         ggml_free(ctx);
         GTEST_SKIP() << "this CPU runs neither of toy's kernel sets";
     }
-    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 1), k, v, mask, 0.0f));    // decoding
-    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 15), k, v, mask, 0.0f));   // fewer than 16 queries
+    EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 1), k, v, mask, 0.0f));     // decoding too
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, mask, 50.0f));  // a logit softcap (Gemma 2)
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, nullptr, 0.0f));
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q8_0, 64), kv(GGML_TYPE_Q8_0, 64), mask, 0.0f));

@@ -22,6 +22,7 @@ namespace toy::graph {
 namespace {
 
 constexpr int64_t kMaxHead = 256;
+constexpr int64_t kPromptRows = 16;  // from this many queries on, K is converted into tiles first
 
 // The scale of an attention op, where its kernel finds it (userdata): one
 // slot per distinct value, kept for the process (a model has one or two).
@@ -173,6 +174,13 @@ using I = Avx2;
 TOY_TARGET_END
 }  // namespace avx2
 
+void decode_kernel_avx512(ggml_tensor *dst, int ith, int nth, void *userdata) {
+    avx512::decode(dst, ith, nth, *static_cast<const float *>(userdata));
+}
+void decode_kernel_avx2(ggml_tensor *dst, int ith, int nth, void *userdata) {
+    avx2::decode(dst, ith, nth, *static_cast<const float *>(userdata));
+}
+
 void attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     const float scale = *static_cast<const float *>(userdata);
     if (dst->src[1]->ne[0] == Avx512::W) {
@@ -210,7 +218,7 @@ bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const g
                              float softcap) {
     if (kernel_lanes() == 0 || !mask || softcap != 0.0f) return false;
     const bool kv_types = (k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32) && v->type == k->type;
-    return kv_types && q->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F16 && q->ne[1] >= 16 &&
+    return kv_types && q->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F16 && q->ne[1] >= 1 &&
            q->ne[0] % 16 == 0 && q->ne[0] <= kMaxHead && v->ne[0] % 16 == 0 && v->ne[0] <= kMaxHead &&
            k->ne[0] == q->ne[0] && k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && q->ne[2] % k->ne[2] == 0 &&
            q->ne[3] == 1 && k->ne[3] == 1 && mask->ne[0] >= k->ne[1] && mask->ne[1] >= q->ne[1] &&
@@ -221,13 +229,19 @@ bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const g
 ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, ggml_tensor *mask, float scale) {
 #if defined(__x86_64__)
     const int64_t lanes = kernel_lanes(), n_tiles = (k->ne[1] + lanes - 1) / lanes;
+    float *scale_data = const_cast<float *>(scale_slot(scale));
+    if (q->ne[1] < kPromptRows) {  // decoding: the cache as it is
+        ggml_tensor *args[] = {q, k, v, mask};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0], q->ne[2], q->ne[1], 1, args, 4,
+                              lanes == 16 ? decode_kernel_avx512 : decode_kernel_avx2, GGML_N_TASKS_MAX, scale_data);
+    }
     ggml_tensor *k_args[] = {k};
     ggml_tensor *kt =
         ggml_custom_4d(ctx, GGML_TYPE_F32, lanes, k->ne[0], n_tiles, k->ne[2], k_args, 1, k_tiles_kernel, GGML_N_TASKS_MAX, nullptr);
     ggml_tensor *v32 = v->type == GGML_TYPE_F32 ? ggml_cont(ctx, v) : ggml_cast(ctx, v, GGML_TYPE_F32);  // [head_dim_v, n_kv, n_head_kv]
     ggml_tensor *args[] = {q, kt, v32, mask};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0], q->ne[2], q->ne[1], 1, args, 4, attention_kernel, GGML_N_TASKS_MAX,
-                          const_cast<float *>(scale_slot(scale)));
+                          scale_data);
 #else
     (void)ctx, (void)q, (void)k, (void)v, (void)mask, (void)scale;
     return nullptr;

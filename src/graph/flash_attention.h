@@ -17,9 +17,12 @@
 
 namespace toy::graph {
 
+// Fewer than 16 queries (decoding) skip the conversion: each query head
+// reads the cache rows as they are, a dot product per visible cell, V summed
+// in F32 (ggml's decoding sums it in F16).
+//
 // Whether toy's kernel takes this attention: toy runs a kernel set on this
-// CPU (AVX-512 or AVX2, the packed matmuls' choice: TOY_PACKED_KERNELS), the query
-// has at least 16 rows (a prompt: decoding keeps ggml's), K and V are F16 or
+// CPU (AVX-512 or AVX2, the packed matmuls' choice: TOY_PACKED_KERNELS), K and V are F16 or
 // F32 in host memory (or computed in this graph), a mask is given, no logit
 // softcap, head sizes multiples of 16 up to 256.
 // q: [head_dim_k, n_q, n_head]; k: [head_dim_k, n_kv, n_head_kv];
