@@ -73,12 +73,6 @@ void set_remote_wait_limit(std::chrono::milliseconds limit, const std::string &s
     w.changed.notify_all();
 }
 
-std::chrono::milliseconds remote_wait_limit() {
-    Watchdog &w = watchdog();
-    std::lock_guard<std::mutex> lock(w.mu);
-    return w.limit;
-}
-
 RemoteWait::RemoteWait(const char *doing) {
     Watchdog &w = watchdog();
     std::lock_guard<std::mutex> lock(w.mu);

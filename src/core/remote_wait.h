@@ -19,9 +19,6 @@ namespace toy {
 // RemoteWait does nothing. Process-wide; the last call wins.
 void set_remote_wait_limit(std::chrono::milliseconds limit, const std::string &servers);
 
-// The limit in force (0: none).
-std::chrono::milliseconds remote_wait_limit();
-
 class RemoteWait {
 public:
     // `doing` names the work in the message ("computing a batch"); a string

@@ -299,11 +299,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // whose kernel takes the matrix, else in place in the mapping, else a copy.
     m->split_ = plan_split(opts.split, c.n_layer);
     Weights &w = m->w_;
-    auto device_of = [&](const Entry &e) -> ggml_backend_dev_t {
-        if (e.layer >= 0) return m->split_.layer[(size_t)e.layer];
-        const bool head = e.slot == &w.output || e.slot == &w.output_norm || e.slot == &w.output_norm_b;
-        return head ? m->split_.output : nullptr;  // the embedding, positions and rope factors stay on the CPU
-    };
+    auto device_of = [&](const Entry &e) { return m->split_.device_of(e.layer, w.is_head_slot(e.slot)); };
     const std::vector<ggml_backend_buffer_type_t> extra_bufts =
         opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
     const bool huge_pages = want_huge_pages(opts.huge_pages);

@@ -40,6 +40,13 @@ struct LayerSplit {
     ggml_backend_dev_t output = nullptr;      // the output norm and head (nullptr: the CPU)
 
     bool offloads() const { return !devices.empty(); }
+    // Where a tensor lives: block `layer`'s device (layer >= 0), the head's
+    // (output norm and projection), or the CPU (nullptr: the embedding,
+    // positions, rope factors; everything when nothing is split).
+    ggml_backend_dev_t device_of(int layer, bool head) const {
+        if (layer >= 0) return layer < (int)this->layer.size() ? this->layer[(size_t)layer] : nullptr;
+        return head ? output : nullptr;
+    }
     // "blocks 0-3: CPU; blocks 4-7: RPC0[...]; output: CPU"
     std::string describe() const;
 };

@@ -49,6 +49,9 @@ struct Weights {
     // graph multiplies them with packed_mul_mat, never ggml_mul_mat.
     std::unordered_set<const ggml_tensor *> packed;
     bool is_packed(const ggml_tensor *t) const { return packed.count(t) > 0; }
+    // Whether a binding slot (TensorSpec::slot) is the head's: the output
+    // norm or projection, which a split puts on LayerSplit::output.
+    bool is_head_slot(ggml_tensor *const *slot) const { return slot == &output || slot == &output_norm || slot == &output_norm_b; }
 };
 
 // What a tensor is, for initialization and requantization decisions.

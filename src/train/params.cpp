@@ -131,23 +131,23 @@ int64_t ParamSet::n_elements() const {
     return n;
 }
 
+size_t ParamSet::Buffers::bytes() const {
+    size_t n = 0;
+    for (ggml_backend_buffer_t buf : {values, grads, moments})
+        if (buf) n += ggml_backend_buffer_get_size(buf);
+    return n;
+}
+
 size_t ParamSet::state_bytes() const {
     size_t n = 0;
-    for (const Buffers &b : bufs_)
-        for (ggml_backend_buffer_t buf : {b.values, b.grads, b.moments})
-            if (buf) n += ggml_backend_buffer_get_size(buf);
+    for (const Buffers &b : bufs_) n += b.bytes();
     return n;
 }
 
 std::vector<std::pair<ggml_backend_dev_t, size_t>> ParamSet::offloaded_bytes() const {
     std::vector<std::pair<ggml_backend_dev_t, size_t>> out;
-    for (const Buffers &b : bufs_) {
-        if (!b.device) continue;
-        size_t n = 0;
-        for (ggml_backend_buffer_t buf : {b.values, b.grads, b.moments})
-            if (buf) n += ggml_backend_buffer_get_size(buf);
-        out.emplace_back(b.device, n);
-    }
+    for (const Buffers &b : bufs_)
+        if (b.device) out.emplace_back(b.device, b.bytes());
     return out;
 }
 

@@ -58,6 +58,7 @@ private:
     struct Buffers {
         ggml_backend_dev_t device = nullptr;  // nullptr: the CPU
         ggml_backend_buffer_t values = nullptr, grads = nullptr, moments = nullptr;
+        size_t bytes() const;  // of the three
     };
     std::vector<Buffers> bufs_;  // per device holding parameters, the CPU first
     std::vector<Param> params_;

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <random>
 #include <sstream>
@@ -50,15 +49,6 @@ std::pair<int64_t, int64_t> proj_shape(const Config &c, const LayerWeights &l, P
 }
 
 bool is_vocab_matrix(const std::string &name) { return name == "token_embd.weight" || name == "output.weight"; }
-
-// Where a full fine-tune keeps a weight: its block's device, the head's for
-// output and output_norm; the CPU for the rest (embeddings), or without a split.
-ggml_backend_dev_t device_of(const LayerSplit &split, const std::string &name) {
-    if (name == "output.weight" || name == "output_norm.weight" || name == "output_norm.bias") return split.output;
-    int il = -1;
-    if (std::sscanf(name.c_str(), "blk.%d.", &il) == 1 && il >= 0 && il < (int)split.layer.size()) return split.layer[il];
-    return nullptr;
-}
 
 std::string lora_name(int il, Proj p, const char *ab) {
     return fmt::format("blk.{}.{}.weight.{}", il, graph::kProjTensors[(int)p], ab);
@@ -169,7 +159,7 @@ std::unique_ptr<TrainableModel> TrainableModel::full(const Model &base, const st
             t = m->params_->add_constant(s.name, ne);
         } else {
             const bool decay = s.role == TensorRole::Linear || s.role == TensorRole::Experts || s.role == TensorRole::Router;
-            t = m->params_->add(s.name, ne, decay, group_of(s.name), device_of(split, s.name)).value;
+            t = m->params_->add(s.name, ne, decay, group_of(s.name), split.device_of(s.layer, m->w_.is_head_slot(s.slot))).value;
         }
         *s.slot = t;
         fills.push_back({t, s.name});
@@ -226,7 +216,7 @@ std::unique_ptr<TrainableModel> TrainableModel::lora(const Model &base, const Lo
     };
     std::vector<Init> inits;
     for (int il = 0; il < c.n_layer; ++il) {
-        ggml_backend_dev_t device = base.split().layer.empty() ? nullptr : base.split().layer[il];
+        ggml_backend_dev_t device = base.split().device_of(il, false);
         for (Proj p : o.targets) {
             const auto [n_in, n_out] = proj_shape(c, w.layers[il], p);
             graph::LoraTerm term;
