@@ -42,11 +42,19 @@ fi
 TMP=$(mktemp -d)
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$TMP"' EXIT
 export OMP_WAIT_POLICY=PASSIVE
+# Flash attention off, in every tool and in the tests: ggml's CPU flash
+# attention takes a path that depends on the CPU and on the batch's layout
+# (with a head of 8, F16 queries where the head is not a multiple of the SIMD
+# width, F32 tiles where it is and 64 queries share a stream). llama-imatrix's
+# default batch of 16 windows then differs from one window per batch by
+# 2.6e-4 on an AVX2-only Zen 3, where toy equals either exactly. Without it
+# the numbers hold on every CPU.
+FA=(-fa off)
 
 # llama-perplexity MODEL CTX NAME [extra flags]: its whole log in $TMP/NAME.log
 run_ppl() {
   local model=$1 ctx=$2 name=$3; shift 3
-  "$PPL" -m "$model" -f "$TEXT" -c "$ctx" -t "$THREADS" "$@" >"$TMP/$name.log" 2>&1 ||
+  "$PPL" -m "$model" -f "$TEXT" -c "$ctx" -t "$THREADS" "${FA[@]}" "$@" >"$TMP/$name.log" 2>&1 ||
     { cat "$TMP/$name.log" >&2; exit 1; }
 }
 
@@ -55,7 +63,7 @@ run_ppl() {
 run_kl() {
   local base=$1 name=$2
   for _ in 1 2 3 4 5; do
-    "$PPL" -m "$TMP/stories260K.q8_0.gguf" -c 128 -t "$THREADS" --kl-divergence-base "$base" --kl-divergence \
+    "$PPL" -m "$TMP/stories260K.q8_0.gguf" -c 128 -t "$THREADS" "${FA[@]}" --kl-divergence-base "$base" --kl-divergence \
       >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log" >&2; exit 1; }
     grep -q "Same top p" "$TMP/$name.log" && return 0
   done
@@ -71,17 +79,17 @@ run_ppl "$LLAMA256" 128 llama256 --chunks 8
 run_ppl "$STORIES" 128 base --kl-divergence-base "$TMP/llama-base.kld"
 run_kl "$TMP/llama-base.kld" kl
 # the same with the base file toy writes: llama-perplexity must read it
-"$TOY" perplexity -m "$STORIES" -f "$TEXT" -c 128 -t "$THREADS" --kl-divergence-base "$TMP/toy-base.kld" >/dev/null 2>&1
+"$TOY" perplexity -m "$STORIES" -f "$TEXT" -c 128 -t "$THREADS" "${FA[@]}" --kl-divergence-base "$TMP/toy-base.kld" >/dev/null 2>&1
 run_kl "$TMP/toy-base.kld" kl-toy-base
 cmp -s "$TMP/llama-base.kld" "$TMP/toy-base.kld" && echo "base files: toy's is byte for byte llama-perplexity's" ||
   echo "base files differ (see the KL values below)"
 # and toy must read llama-perplexity's
-"$TOY" perplexity -m "$TMP/stories260K.q8_0.gguf" -t "$THREADS" --kl-divergence-base "$TMP/llama-base.kld" \
+"$TOY" perplexity -m "$TMP/stories260K.q8_0.gguf" -t "$THREADS" "${FA[@]}" --kl-divergence-base "$TMP/llama-base.kld" \
   --kl-divergence >"$TMP/toy-kl-llama-base.log" 2>&1 || { cat "$TMP/toy-kl-llama-base.log" >&2; exit 1; }
 
-"$IMATRIX" -m "$STORIES" -f "$TEXT" -c 128 -t "$THREADS" -o "$OUT/stories260K.imatrix.gguf" >"$TMP/im1.log" 2>&1 ||
+"$IMATRIX" -m "$STORIES" -f "$TEXT" -c 128 -t "$THREADS" "${FA[@]}" -o "$OUT/stories260K.imatrix.gguf" >"$TMP/im1.log" 2>&1 ||
   { cat "$TMP/im1.log" >&2; exit 1; }
-"$IMATRIX" -m "$MIXTRAL" -f "$TEXT" -c 128 -t "$THREADS" --chunks 8 -o "$OUT/mixtral.imatrix.gguf" >"$TMP/im2.log" 2>&1 ||
+"$IMATRIX" -m "$MIXTRAL" -f "$TEXT" -c 128 -t "$THREADS" "${FA[@]}" --chunks 8 -o "$OUT/mixtral.imatrix.gguf" >"$TMP/im2.log" 2>&1 ||
   { cat "$TMP/im2.log" >&2; exit 1; }
 
 python3 - "$TMP" "$OUT/reference.json" <<'EOF'

@@ -3,7 +3,9 @@
 // scripts/make-perplexity-reference.sh): the issue asks for equality within
 // 0.1 %. KL divergence: a model against itself gives 0 and full agreement; a
 // Q8_0 copy gives llama-perplexity's value. The base file has
-// llama-perplexity's layout, and bad inputs are one-line errors.
+// llama-perplexity's layout, and bad inputs are one-line errors. Flash
+// attention is off here as in the reference runs: ggml's CPU flash attention
+// rounds differently by CPU and batch layout (the script says how).
 #include "eval/perplexity.h"
 #include "test_util.h"
 
@@ -52,7 +54,7 @@ double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
 // Every running value and the final PPL within 0.1 % of llama-perplexity's;
 // its error estimate within 1 % (a difference of two close sums).
 void expect_matches_reference(const std::string &model, const nlohmann::json &ref, const std::string &extra) {
-    const auto r = run_toy(fmt::format("perplexity -m {} -f {} -c {} -t 2 {}", shell_quote(model),
+    const auto r = run_toy(fmt::format("perplexity -m {} -f {} -c {} -t 2 -fa off {}", shell_quote(model),
                                        shell_quote(stories_text()), ref["ctx"].get<int>(), extra));
     ASSERT_EQ(r.code, 0) << r.err;
     const PplOutput got = parse_ppl(r.out);
@@ -72,6 +74,7 @@ eval::KlStats kl_of(const std::string &model, const std::string &base, const Loa
     o.n_ctx_given = false;
     SessionOptions so;
     so.n_threads = 2;
+    so.flash_attn = FlashAttn::Off;
     const eval::PerplexityResult r = eval::perplexity(*m, vocab, "", base, o, so);
     return *r.kl;
 }
@@ -85,6 +88,7 @@ std::string write_base(const std::string &model, const std::string &path, int64_
     o.kl_base = path;
     SessionOptions so;
     so.n_threads = 2;
+    so.flash_attn = FlashAttn::Off;
     std::ifstream in(stories_text());
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     eval::perplexity(*m, vocab, text, stories_text(), o, so);
@@ -114,6 +118,7 @@ TEST(Perplexity, WindowsPerGraphDoNotChangeTheResult) {
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     SessionOptions so;
     so.n_threads = 2;
+    so.flash_attn = FlashAttn::Off;
     eval::PerplexityOptions one;
     one.n_ctx = 128;
     one.n_batch = 128;
@@ -150,9 +155,11 @@ TEST(Perplexity, KlDivergenceOfAModelFromItselfIsZero) {
 //   from ggml's by up to d_r = 9e-3 (measured; the fixtures' bound for
 //   quantized weights is 2e-2): about 1 % of this small model's near-tie top
 //   tokens flip and the mean KL moves by ~1.5 %; bounds 5 % (KL), 0.1 %
-//   (PPL), 1.5 points (agreement) and 5e-4 for ln(PPL / PPL base): the AVX2
-//   kernel set, whose F16 matrices stay with ggml, measured 3.7e-4 from
-//   llama-perplexity's value there (the PPL bound allows 1e-3).
+//   (PPL), 1.5 points (agreement) and 1e-3 for ln(PPL / PPL base), as the
+//   PPL bound allows and below the estimate's own standard error (1.0e-3):
+//   the AVX2 kernel set, whose F16 matrices stay with ggml, measured 3.7e-4
+//   from llama-perplexity's value on a Zen 4 posing as an AVX2 CPU and
+//   9.4e-4 on an AVX2-only Zen 3.
 TEST(Perplexity, KlDivergenceOfQ8CopyMatchesLlamaPerplexity) {
     TempDir dir;
     const std::string q8 = dir.file("q8_0.gguf");
@@ -173,7 +180,7 @@ TEST(Perplexity, KlDivergenceOfQ8CopyMatchesLlamaPerplexity) {
     LoadOptions ggml_kernels;
     ggml_kernels.repack = false;
     check(kl_of(q8, base, ggml_kernels), 0.005, 0.2, 2e-4);
-    check(kl_of(q8, base), 0.05, 1.5, 5e-4);
+    check(kl_of(q8, base), 0.05, 1.5, 1e-3);
     // the CLI prints the statistics
     const auto r = run_toy(fmt::format("perplexity -m {} --kl-divergence-base {} --kl-divergence -t 2", shell_quote(q8),
                                        shell_quote(base)));
