@@ -1,7 +1,9 @@
 // CLI11's lexical_conversion for the pair-valued --lora-scaled option trips
 // GCC 12's -Wmaybe-uninitialized inside the CLI11 header (a false positive in
 // third-party code); kept out of this file's warnings only.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "apps/session_options.h"
 

@@ -125,7 +125,11 @@ void Safetensors::add_file(const std::string &path, const std::vector<std::strin
 
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     std::set<std::string> seen;
-    for (const auto &[name, info] : header.items()) {
+    for (const auto &item : header.items()) {
+        // named copies, not a structured binding: clang before 16 cannot
+        // capture those in the lambda below (Debian 12's clang is 14)
+        const std::string &name = item.key();
+        const nlohmann::json &info = item.value();
         if (name == "__metadata__") continue;
         auto bad = [&](const std::string &what) { fail("{}: tensor '{}': {}", path, name, what); };
         if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {

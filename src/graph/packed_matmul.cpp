@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace toy::graph {
 namespace {
 
@@ -192,7 +196,10 @@ void pack_q6_k_group(const BlockQ6K *in, int64_t nb, uint8_t *out) {
 const KernelSet *cpu_best() {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    const bool base = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // F16C from CPUID: clang before 15 does not name it in __builtin_cpu_supports
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    const bool base = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     if (base && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni")) {
         return avx512_kernels(__builtin_cpu_supports("avx512bf16"));
