@@ -85,6 +85,11 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         }
         for (int64_t i = 0; i < 32; ++i) wf[i] = 0.0f;
         wf[k.n_in + 3] = 1000.0f;
+        // a row of largest quants (with its minimum at 0), against a column of
+        // largest inputs below: the integer sums at their bounds
+        if (k.n_out > 2) {
+            for (int64_t i = 0; i < k.n_in; ++i) wf[2 * k.n_in + i] = i % 32 == 0 ? 0.0f : 1.0f;
+        }
         if (type == GGML_TYPE_F16) {
             ggml_fp32_to_fp16_row(wf.data(), static_cast<ggml_fp16_t *>(w->data), (int64_t)wf.size());
         } else if (type == GGML_TYPE_BF16) {
@@ -97,6 +102,9 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         ggml_tensor *xs = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k.n_in, wide);
         for (int64_t i = 0; i < ggml_nelements(xs); ++i) ((float *)xs->data)[i] = g(rng);
         for (int64_t i = 0; i < 32; ++i) ((float *)xs->data)[i] = 0.0f;  // an all-zero input block
+        if (ggml_nelements(xs) >= 2 * k.n_in) {
+            for (int64_t i = 0; i < k.n_in; ++i) ((float *)xs->data)[k.n_in + i] = i % 2 ? 1.0f : 0.999f;
+        }
         ggml_tensor *x = k.strided ? ggml_view_2d(ctx, xs, k.n_in, k.cols, 2 * xs->nb[1], 0) : xs;
 
         ggml_tensor *ours = graph::packed_mul_mat(ctx, packed, x);

@@ -206,7 +206,7 @@ void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_str
 // sums of 4 columns, not those too): one load and store per super-block.
 template <int C>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(q4_k_tile, 2)  // 2 per pass: 143-157 -> 160-161 t/s over 4 (Llama-3.2-1B pp512)
+    TOY_SPLIT_COLUMNS(q4_k_tile, 4)  // with the int16 sums below 4 columns fit (2 before them)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
     for (int h = 0; h < 2; ++h) {
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
@@ -218,6 +218,11 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             __m256i tot[C];
             for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
             for (int j = 0; j < 8; ++j) {
+                // A 4-bit quant times an int8 input (|q| <= 127, Q8_K) gives
+                // VPMADDUBSW pairs of at most 3810: the unit's 8 products per
+                // row add up in int16 (<= 30480), and one VPMADDWD against the
+                // row's sub-block scale (< 64, in both halves of its lane) gives
+                // the scaled int32 sum: no VPMULLD, one widening per unit.
                 __m256i s[C];
                 for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
                 for (int k = 0; k < 4; ++k) {
@@ -225,12 +230,13 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                     const __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
                     for (int c = 0; c < C; ++c) {
                         const uint8_t *q = xb[c] + kKQs + 32 * j;
-                        s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(lo, bcast4(q + 4 * k)),
-                                                                       dot4(hi, bcast4(q + 16 + 4 * k))));
+                        s[c] = _mm256_add_epi16(s[c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q + 4 * k)),
+                                                                       _mm256_maddubs_epi16(hi, bcast4(q + 16 + 4 * k))));
                     }
                 }
-                const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kQ4Sc + 16 * j + 8 * h)));
-                for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_mullo_epi32(s[c], sc));
+                const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kQ4Sc + 16 * j + 8 * h)));
+                const __m256i sc = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
+                for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_madd_epi16(s[c], sc));
             }
             const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ4D + 16 * h)), dm = _mm256_cvtph_ps(load128(wb + kQ4Dmin + 16 * h));
             for (int c = 0; c < C; ++c) {
@@ -263,7 +269,10 @@ inline __m256i q6_vector(__m256i bits, __m256i h) {
     return _mm256_or_si256(bits, high_bits<K>(h));
 }
 
-// Two columns per pass (two sums per column and unit: its two sub-blocks of 16).
+// Two columns per pass. A 6-bit quant (stored + 32, below 64) times an int8
+// input gives VPMADDUBSW pairs of at most 16002: two of them add up in int16,
+// and VPMADDWD against the sub-block's scale (in both halves of the row's
+// lane) widens and scales them at once, no VPMULLD.
 template <int C>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q6_k_tile, 2)
@@ -279,8 +288,11 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
             for (int j = 0; j < 8; ++j) {
                 const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
-                __m256i sa[C], sb[C];
-                for (int c = 0; c < C; ++c) sa[c] = sb[c] = _mm256_setzero_si256();
+                // the unit's two scales (int16 per row: a low, b high), each in both halves
+                const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
+                const __m256i sca = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xA0), 0xA0);
+                const __m256i scb = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xF5), 0xF5);
+                __m256i pa[C], pb[C];  // the even step's int16 pairs
                 auto step = [&](auto kc) {
                     constexpr int k = decltype(kc)::value;
                     const __m256i n = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
@@ -288,20 +300,20 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                     const __m256i vb = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), h1);
                     for (int c = 0; c < C; ++c) {
                         const uint8_t *q = xb[c] + kKQs + 32 * j;
-                        sa[c] = _mm256_add_epi32(sa[c], dot4(va, bcast4(q + 4 * k)));
-                        sb[c] = _mm256_add_epi32(sb[c], dot4(vb, bcast4(q + 16 + 4 * k)));
+                        const __m256i qa = _mm256_maddubs_epi16(va, bcast4(q + 4 * k));
+                        const __m256i qb = _mm256_maddubs_epi16(vb, bcast4(q + 16 + 4 * k));
+                        if constexpr (k % 2 == 0) {
+                            pa[c] = qa, pb[c] = qb;
+                        } else {
+                            tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(pa[c], qa), sca),
+                                                                               _mm256_madd_epi16(_mm256_add_epi16(pb[c], qb), scb)));
+                        }
                     }
                 };
                 step(std::integral_constant<int, 0>{});
                 step(std::integral_constant<int, 1>{});
                 step(std::integral_constant<int, 2>{});
                 step(std::integral_constant<int, 3>{});
-                // the unit's two scales, sign-extended per row
-                const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
-                const __m256i sca = _mm256_srai_epi32(_mm256_slli_epi32(pr, 16), 16), scb = _mm256_srai_epi32(pr, 16);
-                for (int c = 0; c < C; ++c) {
-                    tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_mullo_epi32(sa[c], sca), _mm256_mullo_epi32(sb[c], scb)));
-                }
             }
             const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));
             for (int c = 0; c < C; ++c) {
