@@ -158,9 +158,10 @@ TEST(Model, ConvertToBf16) {
     auto plain = Model::load(test::fixture_path(name + ".gguf"), o);
     EXPECT_EQ(plain->repacked_bytes(), 0u);
     EXPECT_LE(test::compare_rows(got, batched_logits(*plain, tokens), n_vocab).d_max, 5e-3);
-    // one token at a time: the decode tiles (or, where the CPU has no
-    // AVX512_BF16, ggml's BF16 vec_dot against its batched path: 1.5e-3 on an
-    // AVX2-only Zen 3, the same step function as above)
+    // one token at a time: toy's decode tiles within 1e-3 of its batched
+    // tiles; where the CPU has no AVX512_BF16 both paths are ggml's (its BF16
+    // vec_dot against its batched path: 1.5e-3 on an AVX2-only Zen 3, the
+    // same step function as above), held to 3e-3
     SessionOptions so;
     so.n_ctx = 256;
     so.type_k = so.type_v = GGML_TYPE_F32;
@@ -171,7 +172,7 @@ TEST(Model, ConvertToBf16) {
         step.eval(std::span<const int32_t>(&t, 1));
         stepwise.insert(stepwise.end(), step.last_logits(), step.last_logits() + n_vocab);
     }
-    EXPECT_LE(test::compare_rows(stepwise, got, n_vocab).d_max, 3e-3);
+    EXPECT_LE(test::compare_rows(stepwise, got, n_vocab).d_max, m->repacked_bytes() > 0 ? 1e-3 : 3e-3);
 
     // a BF16 file (toy quantize: the embedding in BF16 too) on toy's kernel:
     // also within the bounds
