@@ -151,15 +151,20 @@ TEST(Perplexity, KlDivergenceOfAModelFromItselfIsZero) {
 // - With ggml's own Q8_0 kernels (no repacking) toy computes llama.cpp's
 //   logits up to float summation order (~1e-6): every statistic agrees to
 //   0.5 % (KL), 0.1 % (PPL) and 0.2 points (top-token agreement, 3 tokens).
-// - With toy's default packed Q8_0 kernel the logits of this model differ
-//   from ggml's by up to d_r = 9e-3 (measured; the fixtures' bound for
-//   quantized weights is 2e-2): about 1 % of this small model's near-tie top
-//   tokens flip and the mean KL moves by ~1.5 %; bounds 5 % (KL), 0.1 %
-//   (PPL), 1.5 points (agreement) and 1e-3 for ln(PPL / PPL base), as the
-//   PPL bound allows and below the estimate's own standard error (1.0e-3):
-//   the AVX2 kernel set, whose F16 matrices stay with ggml, measured 3.7e-4
-//   from llama-perplexity's value on a Zen 4 posing as an AVX2 CPU and
-//   9.4e-4 on an AVX2-only Zen 3.
+// - With toy's default packed Q8_0 kernel the integer block sums are exact
+//   and only the float sums run in another order (the median token's
+//   log-probability moves by 8e-7). But every matmul input is quantized to
+//   8 bits, and a float difference that moves a value across a rounding
+//   boundary moves that quant by one step; through the KV cache the change
+//   reaches every later token of the window. On this text (Zen 3, AVX2 set)
+//   38 % of the scored tokens move by more than 1e-4 and a few by up to 0.19,
+//   so the statistics differ from ggml's by noise of their own: standard
+//   errors of the per-token differences 4.9e-4 (ln(PPL / PPL base)),
+//   1.1e-5 (mean KL, 1.5 % of it) and 0.2 points (agreement). ggml's own
+//   one-token batches (-ub 1) move them the same way (1.1e-4, 0.6 %, 0.2
+//   points). The bounds are four of those standard errors, the same on every
+//   kernel set: 2e-3, 6 %, 0.8 points; PPL within 0.1 % as before. A wrong
+//   scale or layout moves KL by orders of magnitude.
 TEST(Perplexity, KlDivergenceOfQ8CopyMatchesLlamaPerplexity) {
     TempDir dir;
     const std::string q8 = dir.file("q8_0.gguf");
@@ -180,7 +185,7 @@ TEST(Perplexity, KlDivergenceOfQ8CopyMatchesLlamaPerplexity) {
     LoadOptions ggml_kernels;
     ggml_kernels.repack = false;
     check(kl_of(q8, base, ggml_kernels), 0.005, 0.2, 2e-4);
-    check(kl_of(q8, base), 0.05, 1.5, 1e-3);
+    check(kl_of(q8, base), 0.06, 0.8, 2e-3);
     // the CLI prints the statistics
     const auto r = run_toy(fmt::format("perplexity -m {} --kl-divergence-base {} --kl-divergence -t 2", shell_quote(q8),
                                        shell_quote(base)));
