@@ -92,6 +92,20 @@ inline void prefetch_block(const uint8_t *w, size_t bytes) {
     }
 }
 
+// Every (half, block) of a group once, in the order that suits C columns.
+// Decoding (C <= 2) takes both halves of a block before the next, so the
+// weights stream past once and the prefetches never pause; prompts take one
+// half through all blocks, then the other (the columns' inputs stay in L1).
+template <int C, typename F>
+inline void halves_by_block(int64_t nb, F &&body) {
+    if constexpr (C <= 2) {
+        for (int64_t b = 0; b < nb; ++b) body(0, b), body(1, b);
+    } else {
+        for (int h = 0; h < 2; ++h)
+            for (int64_t b = 0; b < nb; ++b) body(h, b);
+    }
+}
+
 inline __m256i load(const uint8_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
 inline __m128i load128(const uint8_t *p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
 // The 4 bytes at p in every 32-bit lane, loaded straight into the register.
@@ -118,30 +132,30 @@ template <int C>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q8_0_tile, 4)
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    for (int h = 0; h < 2; ++h) {
-        __m256 acc[C];
-        for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-        const uint8_t *wb = w;
-        for (int64_t b = 0; b < nb; ++b, wb += kGroupBlock) {
-            if (h == 0) prefetch_block<C>(wb, kGroupBlock);
-            __m256i s[C];
-            for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
-            for (int j = 0; j < 8; ++j) {
-                const __m256i ws = _mm256_xor_si256(load(wb + 32 + 64 * j + 32 * h), flip);  // the signed quants
-                const __m256i aw = _mm256_sign_epi8(ws, ws);
-                for (int c = 0; c < C; ++c) {
-                    const __m256i xv = bcast4(xq + c * x_stride + b * kColBlock + 4 * j);
-                    s[c] = _mm256_add_epi32(s[c], dot4(aw, _mm256_sign_epi8(xv, ws)));
-                }
-            }
-            const __m256 dw = _mm256_cvtph_ps(load128(wb + 16 * h));
+    __m256 acc[2][C];
+    for (int h = 0; h < 2; ++h)
+        for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
+    halves_by_block<C>(nb, [&](int h, int64_t b) {
+        const uint8_t *wb = w + b * kGroupBlock;
+        if (h == 0) prefetch_block<C>(wb, kGroupBlock);
+        __m256i s[C];
+        for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+            const __m256i ws = _mm256_xor_si256(load(wb + 32 + 64 * j + 32 * h), flip);  // the signed quants
+            const __m256i aw = _mm256_sign_epi8(ws, ws);
             for (int c = 0; c < C; ++c) {
-                const float dx = load_f32(xq + c * x_stride + b * kColBlock + kQK);
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[c]);
+                const __m256i xv = bcast4(xq + c * x_stride + b * kColBlock + 4 * j);
+                s[c] = _mm256_add_epi32(s[c], dot4(aw, _mm256_sign_epi8(xv, ws)));
             }
         }
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[c]);
-    }
+        const __m256 dw = _mm256_cvtph_ps(load128(wb + 16 * h));
+        for (int c = 0; c < C; ++c) {
+            const float dx = load_f32(xq + c * x_stride + b * kColBlock + kQK);
+            acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[h][c]);
+        }
+    });
+    for (int h = 0; h < 2; ++h)
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[h][c]);
 }
 
 // F16: two partial sums per column (they hide the FMA latency and halve the
@@ -208,50 +222,49 @@ template <int C>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q4_k_tile, 4)  // with the int16 sums below 4 columns fit (2 before them)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
-        const uint8_t *wb = w;
-        for (int64_t b = 0; b < nb; ++b, wb += kQ4Block) {
-            if (h == 0) prefetch_block<C>(wb, kQ4Block);
-            const uint8_t *xb[C];
-            for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
-            __m256i tot[C];
-            for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
-            for (int j = 0; j < 8; ++j) {
-                // A 4-bit quant times an int8 input (|q| <= 127, Q8_K) gives
-                // VPMADDUBSW pairs of at most 3810: the unit's 8 products per
-                // row add up in int16 (<= 30480), and one VPMADDWD against the
-                // row's sub-block scale (< 64, in both halves of its lane) gives
-                // the scaled int32 sum: no VPMULLD, one widening per unit.
-                __m256i s[C];
-                for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
-                for (int k = 0; k < 4; ++k) {
-                    const __m256i n = load(wb + kQ4Qs + 256 * j + 64 * k + 32 * h);
-                    const __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
-                    for (int c = 0; c < C; ++c) {
-                        const uint8_t *q = xb[c] + kKQs + 32 * j;
-                        s[c] = _mm256_add_epi16(s[c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q + 4 * k)),
-                                                                       _mm256_maddubs_epi16(hi, bcast4(q + 16 + 4 * k))));
-                    }
+    halves_by_block<C>(nb, [&](int h, int64_t b) {
+        const uint8_t *wb = w + b * kQ4Block;
+        if (h == 0) prefetch_block<C>(wb, kQ4Block);
+        const uint8_t *xb[C];
+        for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+        __m256i tot[C];
+        for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+            // A 4-bit quant times an int8 input (|q| <= 127, Q8_K) gives
+            // VPMADDUBSW pairs of at most 3810: the unit's 8 products per
+            // row add up in int16 (<= 30480), and one VPMADDWD against the
+            // row's sub-block scale (< 64, in both halves of its lane) gives
+            // the scaled int32 sum: no VPMULLD, one widening per unit.
+            __m256i s[C];
+            for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+            for (int k = 0; k < 4; ++k) {
+                const __m256i n = load(wb + kQ4Qs + 256 * j + 64 * k + 32 * h);
+                const __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
+                for (int c = 0; c < C; ++c) {
+                    const uint8_t *q = xb[c] + kKQs + 32 * j;
+                    s[c] = _mm256_add_epi16(s[c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q + 4 * k)),
+                                                                   _mm256_maddubs_epi16(hi, bcast4(q + 16 + 4 * k))));
                 }
-                const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kQ4Sc + 16 * j + 8 * h)));
-                const __m256i sc = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
-                for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_madd_epi16(s[c], sc));
             }
-            const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ4D + 16 * h)), dm = _mm256_cvtph_ps(load128(wb + kQ4Dmin + 16 * h));
-            for (int c = 0; c < C; ++c) {
-                __m256i summ = _mm256_setzero_si256();
-                for (int p = 0; p < 4; ++p) {
-                    const __m256i mins = _mm256_cvtepu8_epi16(load128(wb + kQ4Min + 32 * p + 16 * h));
-                    summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins, bcast4(xb[c] + kKSum32 + 4 * p)));
-                }
-                const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
-                float *yc = y + c * ldy + 8 * h;
-                __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[c]), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc));
-                _mm256_storeu_ps(yc, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dm, dy), acc));
-            }
+            const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kQ4Sc + 16 * j + 8 * h)));
+            const __m256i sc = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
+            for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_madd_epi16(s[c], sc));
         }
-    }
+        const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ4D + 16 * h)), dm = _mm256_cvtph_ps(load128(wb + kQ4Dmin + 16 * h));
+        for (int c = 0; c < C; ++c) {
+            __m256i summ = _mm256_setzero_si256();
+            for (int p = 0; p < 4; ++p) {
+                const __m256i mins = _mm256_cvtepu8_epi16(load128(wb + kQ4Min + 32 * p + 16 * h));
+                summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mins, bcast4(xb[c] + kKSum32 + 4 * p)));
+            }
+            const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
+            float *yc = y + c * ldy + 8 * h;
+            __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[c]), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc));
+            _mm256_storeu_ps(yc, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dm, dy), acc));
+        }
+    });
 }
 
 // Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
@@ -277,59 +290,58 @@ template <int C>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q6_k_tile, 2)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
-        const uint8_t *wb = w;
-        for (int64_t b = 0; b < nb; ++b, wb += kQ6Block) {
-            if (h == 0) prefetch_block<C>(wb, kQ6Block);
-            const uint8_t *xb[C];
-            for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
-            __m256i tot[C];
-            for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
-            for (int j = 0; j < 8; ++j) {
-                const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
-                // the unit's two scales (int16 per row: a low, b high), each in both halves
-                const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
-                const __m256i sca = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xA0), 0xA0);
-                const __m256i scb = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xF5), 0xF5);
-                __m256i pa[C], pb[C];  // the even step's int16 pairs
-                auto step = [&](auto kc) {
-                    constexpr int k = decltype(kc)::value;
-                    const __m256i n = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
-                    const __m256i va = q6_vector<k>(_mm256_and_si256(n, lo4), h0);
-                    const __m256i vb = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), h1);
-                    for (int c = 0; c < C; ++c) {
-                        const uint8_t *q = xb[c] + kKQs + 32 * j;
-                        const __m256i qa = _mm256_maddubs_epi16(va, bcast4(q + 4 * k));
-                        const __m256i qb = _mm256_maddubs_epi16(vb, bcast4(q + 16 + 4 * k));
-                        if constexpr (k % 2 == 0) {
-                            pa[c] = qa, pb[c] = qb;
-                        } else {
-                            tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(pa[c], qa), sca),
-                                                                               _mm256_madd_epi16(_mm256_add_epi16(pb[c], qb), scb)));
-                        }
+    halves_by_block<C>(nb, [&](int h, int64_t b) {
+        const uint8_t *wb = w + b * kQ6Block;
+        if (h == 0) prefetch_block<C>(wb, kQ6Block);
+        const uint8_t *xb[C];
+        for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+        __m256i tot[C];
+        for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+            const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
+            // the unit's two scales (int16 per row: a low, b high), each in both halves
+            const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
+            const __m256i sca = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xA0), 0xA0);
+            const __m256i scb = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xF5), 0xF5);
+            __m256i pa[C], pb[C];  // the even step's int16 pairs
+            auto step = [&](auto kc) {
+                constexpr int k = decltype(kc)::value;
+                const __m256i n = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
+                const __m256i va = q6_vector<k>(_mm256_and_si256(n, lo4), h0);
+                const __m256i vb = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), h1);
+                for (int c = 0; c < C; ++c) {
+                    const uint8_t *q = xb[c] + kKQs + 32 * j;
+                    const __m256i qa = _mm256_maddubs_epi16(va, bcast4(q + 4 * k));
+                    const __m256i qb = _mm256_maddubs_epi16(vb, bcast4(q + 16 + 4 * k));
+                    if constexpr (k % 2 == 0) {
+                        pa[c] = qa, pb[c] = qb;
+                    } else {
+                        tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(pa[c], qa), sca),
+                                                                           _mm256_madd_epi16(_mm256_add_epi16(pb[c], qb), scb)));
                     }
-                };
-                step(std::integral_constant<int, 0>{});
-                step(std::integral_constant<int, 1>{});
-                step(std::integral_constant<int, 2>{});
-                step(std::integral_constant<int, 3>{});
-            }
-            const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));
-            for (int c = 0; c < C; ++c) {
-                // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
-                __m256i corr = _mm256_setzero_si256();
-                for (int j = 0; j < 8; ++j) {
-                    const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
-                    corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pr, bcast4(xb[c] + kKSum16 + 4 * j)));
                 }
-                const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, 5));
-                float *yc = y + c * ldy + 8 * h;
-                const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
-                _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
-            }
+            };
+            step(std::integral_constant<int, 0>{});
+            step(std::integral_constant<int, 1>{});
+            step(std::integral_constant<int, 2>{});
+            step(std::integral_constant<int, 3>{});
         }
-    }
+        const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));
+        for (int c = 0; c < C; ++c) {
+            // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
+            __m256i corr = _mm256_setzero_si256();
+            for (int j = 0; j < 8; ++j) {
+                const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
+                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pr, bcast4(xb[c] + kKSum16 + 4 * j)));
+            }
+            const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, 5));
+            float *yc = y + c * ldy + 8 * h;
+            const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
+            _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
+        }
+    });
 }
 
 #undef TOY_SPLIT_COLUMNS
