@@ -1,7 +1,7 @@
 // toy's packed kernels for CPUs with AVX2, FMA and F16C but not AVX-512 VNNI:
 // the same layouts as the AVX-512 kernels, a group of 16 rows taken as two
 // halves of 8 (one 256-bit register each), up to 8 columns per weight load
-// for F16 (in passes of 6) and 4 (Q8_0) or 2 (Q4_K, Q6_K) for the integer types.
+// for F16 (in passes of 6) and 4 for the integer types (Q8_0, Q4_K, Q6_K).
 // Without VPDPBUSD the byte products go through VPMADDUBSW (pairs of
 // unsigned x signed bytes summed to int16, which cannot saturate here: the
 // unsigned side is below 64, or Q8_0's |w| <= 128 against |x| <= 127) and
@@ -298,13 +298,13 @@ inline __m256i q6_vector(__m256i bits, __m256i h) {
     return _mm256_or_si256(bits, high_bits<K>(h));
 }
 
-// Two columns per pass. A 6-bit quant (stored + 32, below 64) times an int8
+// Four columns per pass. A 6-bit quant (stored + 32, below 64) times an int8
 // input gives VPMADDUBSW pairs of at most 16002: two of them add up in int16,
 // and VPMADDWD against the sub-block's scale (in both halves of the row's
 // lane) widens and scales them at once, no VPMULLD.
 template <int C>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(q6_k_tile, 2)
+    TOY_SPLIT_COLUMNS(q6_k_tile, 4)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
     for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
@@ -321,28 +321,27 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
             const __m256i sca = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xA0), 0xA0);
             const __m256i scb = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xF5), 0xF5);
-            __m256i pa[C], pb[C];  // the even step's int16 pairs
-            auto step = [&](auto kc) {
+            // steps k and k+1 (inputs 4k.. of both halves of the unit) together:
+            // their unpacked quants are shared by the columns, which keep only
+            // their running sums (4 columns fit in 16 registers)
+            auto steps = [&](auto kc) TOY_INLINE {
                 constexpr int k = decltype(kc)::value;
-                const __m256i n = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
-                const __m256i va = q6_vector<k>(_mm256_and_si256(n, lo4), h0);
-                const __m256i vb = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), h1);
+                const __m256i n0 = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
+                const __m256i n1 = load(wb + kQ6Ql + 256 * j + 64 * (k + 1) + 32 * h);
+                const __m256i va0 = q6_vector<k>(_mm256_and_si256(n0, lo4), h0);
+                const __m256i va1 = q6_vector<k + 1>(_mm256_and_si256(n1, lo4), h0);
+                const __m256i vb0 = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n0, 4), lo4), h1);
+                const __m256i vb1 = q6_vector<k + 1>(_mm256_and_si256(_mm256_srli_epi16(n1, 4), lo4), h1);
                 for (int c = 0; c < C; ++c) {
-                    const uint8_t *q = xb[c] + kKQs + 32 * j;
-                    const __m256i qa = _mm256_maddubs_epi16(va, bcast4(q + 4 * k));
-                    const __m256i qb = _mm256_maddubs_epi16(vb, bcast4(q + 16 + 4 * k));
-                    if constexpr (k % 2 == 0) {
-                        pa[c] = qa, pb[c] = qb;
-                    } else {
-                        tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(pa[c], qa), sca),
-                                                                           _mm256_madd_epi16(_mm256_add_epi16(pb[c], qb), scb)));
-                    }
+                    const uint8_t *q = xb[c] + kKQs + 32 * j + 4 * k;
+                    const __m256i qa = _mm256_add_epi16(_mm256_maddubs_epi16(va0, bcast4(q)), _mm256_maddubs_epi16(va1, bcast4(q + 4)));
+                    const __m256i qb = _mm256_add_epi16(_mm256_maddubs_epi16(vb0, bcast4(q + 16)), _mm256_maddubs_epi16(vb1, bcast4(q + 20)));
+                    tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_madd_epi16(qa, sca), _mm256_madd_epi16(qb, scb)));
+                    in_register(tot[c]);
                 }
             };
-            step(std::integral_constant<int, 0>{});
-            step(std::integral_constant<int, 1>{});
-            step(std::integral_constant<int, 2>{});
-            step(std::integral_constant<int, 3>{});
+            steps(std::integral_constant<int, 0>{});
+            steps(std::integral_constant<int, 2>{});
         }
         const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));
         for (int c = 0; c < C; ++c) {
