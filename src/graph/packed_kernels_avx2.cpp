@@ -83,17 +83,6 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
     }
 }
 
-// Decoding (one or two columns) streams each weight once: ask for the bytes
-// kPrefetchAhead on. An asm statement, not _mm_prefetch: GCC 12 deleted a
-// loop of nothing but _mm_prefetch once the tiles' bodies were inlined
-// (a loop without side effects may go), and Q6_K decoding lost a third.
-template <int C>
-inline void prefetch_block(const uint8_t *w, size_t bytes) {
-    if constexpr (C <= 2) {
-        for (size_t o = 0; o < bytes; o += 64) asm volatile("prefetcht0 %0" : : "m"(w[kPrefetchAhead + o]));
-    }
-}
-
 // Every (half, block) of a group once, in the order that suits C columns.
 // Decoding (C <= 2) takes both halves of a block before the next, so the
 // weights stream past once and the prefetches never pause; prompts take one

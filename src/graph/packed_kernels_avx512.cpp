@@ -102,15 +102,6 @@ inline __m512i dot_u8s8(__m512i s, const __m512i *w, const uint8_t *x) {
     }
 }
 
-// Decoding (one or two columns) streams each weight once: ask for the bytes
-// kPrefetchAhead on.
-template <int C>
-inline void prefetch_block(const uint8_t *w, size_t bytes) {
-    if constexpr (C <= 2) {
-        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(w + kPrefetchAhead + o), _MM_HINT_T0);
-    }
-}
-
 // y[c * ldy + r] for a group's 16 rows and C columns of prepared input;
 // `depth` units (blocks, or inputs for F16) of the group at w.
 template <int C>
