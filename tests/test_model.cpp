@@ -1,6 +1,7 @@
 // Loading: per-head checkpoints, copies, requantization, and the errors a
 // malformed model or a bad request must produce.
 #include "core/error.h"
+#include "core/memory.h"
 #include "graph/packed_matmul.h"
 #include "gguf/gguf_writer.h"
 #include "model/init.h"
@@ -431,6 +432,15 @@ TEST(Model, HugePagesChangeNoLogits) {
     EXPECT_EQ(batched_logits(*huge, tokens), batched_logits(*small, tokens));
     EXPECT_TRUE(want_huge_pages(HugePages::On));
     EXPECT_FALSE(want_huge_pages(HugePages::Off));
+    // auto decides once per process and keeps its answer
+    EXPECT_EQ(want_huge_pages(HugePages::Auto), want_huge_pages(HugePages::Auto));
+}
+
+// The probe behind --hugepages auto on VMs that report free pages maps,
+// touches and unmaps fresh memory either way (negative: the mapping failed);
+// how long it takes is the machine's business, not the test's.
+TEST(Model, FaultInProbeTimesFreshMemory) {
+    for (bool huge : {false, true}) EXPECT_GE(fault_in_seconds(size_t(4) << 20, huge), 0.0) << huge;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -14,6 +15,20 @@ void advise_whole_blocks(const void *p, size_t n, size_t block, int advice) {
     const uintptr_t lo = (start + block - 1) / block * block;
     const uintptr_t hi = (start + n) / block * block;
     if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, advice);
+}
+
+double fault_in_seconds(size_t n, bool huge) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = n + kHuge;
+    void *raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return -1.0;
+    auto *p = reinterpret_cast<volatile uint8_t *>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge);
+    madvise(const_cast<uint8_t *>(p), n, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t o = 0; o < n; o += 4096) p[o] = 1;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    munmap(raw, bytes);
+    return s;
 }
 
 size_t peak_rss_bytes() {

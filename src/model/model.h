@@ -47,8 +47,10 @@ struct LoadOptions {
     // model.cpp): decoding streams every weight each token and 2 MiB pages
     // let the hardware prefetchers run on (+7-9% tg on F16 and K-quant
     // models). Auto asks for them unless the machine is a VM that hands free
-    // memory back to its host: there, fresh 2 MiB pages come from memory the
-    // host must fault in again and loading took 0.7-1.7 s longer.
+    // memory back to its host and a probe finds fresh 2 MiB pages faulting in
+    // slower than 4 KiB ones: there they come from memory the host must fault
+    // in again (loading took 0.7-1.7 s longer on one such VM; on another,
+    // huge pages faulted in faster and decoding gained 4-20%).
     HugePages huge_pages = HugePages::Auto;
     // Blocks on other devices (GPUs, RPC servers): copied into their memory,
     // never repacked. The default keeps everything on the CPU.
