@@ -220,19 +220,30 @@ void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_str
     }
 }
 
+// The K-quant tiles' frame: y zeroed (they add each super-block's sums to
+// it), then every (half, super-block) with the block's weights (prefetched
+// when decoding) and each column's Q8_K input for it.
+template <int C, size_t kBlock, typename F>
+TOY_INLINE inline void k_quant_blocks(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y,
+                                      int64_t ldy, F &&body) {
+    for (int h = 0; h < 2; ++h)
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
+    halves_by_block<C>(nb, [&](auto h, int64_t b) TOY_INLINE {
+        const uint8_t *wb = w + b * kBlock;
+        if (h == 0) prefetch_block<C>(wb, kBlock);
+        const uint8_t *xb[C];
+        for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+        body(h, wb, xb);
+    });
+}
+
 // Q4_K and Q6_K keep their float sums in y (16 registers hold the integer
 // sums of 4 columns, not those too): one load and store per super-block.
 template <int C>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q4_k_tile, 4)  // with the int16 sums below 4 columns fit (2 before them)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    for (int h = 0; h < 2; ++h)
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
-    halves_by_block<C>(nb, [&](auto h, int64_t b) TOY_INLINE {
-        const uint8_t *wb = w + b * kQ4Block;
-        if (h == 0) prefetch_block<C>(wb, kQ4Block);
-        const uint8_t *xb[C];
-        for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+    k_quant_blocks<C, kQ4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
@@ -295,13 +306,7 @@ template <int C>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q6_k_tile, 4)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    for (int h = 0; h < 2; ++h)
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
-    halves_by_block<C>(nb, [&](auto h, int64_t b) TOY_INLINE {
-        const uint8_t *wb = w + b * kQ6Block;
-        if (h == 0) prefetch_block<C>(wb, kQ6Block);
-        const uint8_t *xb[C];
-        for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+    k_quant_blocks<C, kQ6Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
