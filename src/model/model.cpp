@@ -98,8 +98,12 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_bufts() {
 // only; nothing changes where THP is off.
 // For buffers of the CPU device (AMX and repack buffers are not "host" to
 // ggml, as their layout is private, but live in CPU memory all the same).
-void advise_huge_pages(ggml_backend_buffer_t buf) {
-    if (buf) advise_whole_blocks(ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf), 2u << 20, MADV_HUGEPAGE);
+// `mode` is asked only when there is a buffer: a load that copies nothing
+// never runs auto's probe.
+void advise_huge_pages(ggml_backend_buffer_t buf, HugePages mode) {
+    if (buf && want_huge_pages(mode)) {
+        advise_whole_blocks(ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf), 2u << 20, MADV_HUGEPAGE);
+    }
 }
 
 // A virtio memory balloon that reports free pages to the host (feature bit 5,
@@ -318,7 +322,6 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     auto device_of = [&](const Entry &e) { return m->split_.device_of(e.layer, w.is_head_slot(e.slot)); };
     const std::vector<ggml_backend_buffer_type_t> extra_bufts =
         opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
-    const bool huge_pages = want_huge_pages(opts.huge_pages);
     // toy's own packed layout, where its kernel takes the matrix.
     auto packed_for = [&](const Entry &e) {
         return opts.repack && e.role == TensorRole::Linear && !device_of(e) &&
@@ -418,7 +421,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
         if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), size, ggml_backend_buft_name(buft));
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        if (huge_pages && !device) advise_huge_pages(buf);
+        if (!device) advise_huge_pages(buf, opts.huge_pages);
         (device ? m->device_bufs_ : m->extra_bufs_).push_back(buf);
         ggml_tallocr alloc = ggml_tallocr_new(buf);
         for (const Plan &p : plans) {
@@ -435,7 +438,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         m->packed_buf_ = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), packed_size);
         if (!m->packed_buf_) fail("{}: could not allocate {} bytes for packed weights", f.path(), packed_size);
         ggml_backend_buffer_set_usage(m->packed_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        if (huge_pages) advise_huge_pages(m->packed_buf_);
+        advise_huge_pages(m->packed_buf_, opts.huge_pages);
         auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(m->packed_buf_));
         size_t at = 0;
         for (const Plan &p : plans) {
@@ -449,7 +452,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
     if (m->copy_buf_) {
         ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        if (huge_pages) advise_huge_pages(m->copy_buf_);
+        advise_huge_pages(m->copy_buf_, opts.huge_pages);
     }
     // Fill the copies largest first, releasing each source's mapped pages
     // right after: the peak resident set is then the copies plus at most one
