@@ -8,13 +8,13 @@
 //     MIB      distinct copies of the matrix cycled through, at least this
 //              many MiB in all, so the weights stream from memory; 0: one
 //              copy, hot in cache after the first pass               [64]
-//   toy_tile_bench read [MIB]
-//     a plain read loop over MIB MiB (huge-page advised), without and with
-//     software prefetch: what one core can stream here
 //
-// Prints the best of 30 passes as GB/s of weights read. The kernel set is the
-// one toy would run on this CPU (TOY_PACKED_KERNELS=avx2 picks the AVX2 set on
-// an AVX-512 CPU).
+// Prints the best of 30 passes as GB/s of weights read; compare with what one
+// core streams, `toy bench --roofline -t 1`. The weights are advised into huge
+// pages, as toy's copies are where --hugepages lets them. The kernel set is
+// the one toy would run on this CPU (TOY_PACKED_KERNELS=avx2 picks the AVX2
+// set on an AVX-512 CPU).
+#include "core/memory.h"
 #include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
 
@@ -25,14 +25,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace {
 
@@ -40,7 +37,7 @@ using namespace toy::graph;
 using namespace toy::graph::packed;
 
 [[noreturn]] void usage(const char *why) {
-    std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q4_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB] | read [MIB]\n", why);
+    std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q4_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB]\n", why);
     std::exit(1);
 }
 
@@ -50,21 +47,6 @@ int64_t number(const char *s, const char *what) {
     if (!end || *end || v < 0) usage((std::string(what) + ": expected a number >= 0, found '" + s + "'").c_str());
     return v;
 }
-
-// A 2 MiB-aligned anonymous buffer advised into huge pages, as toy's copied
-// weights are where --hugepages lets them.
-struct Buffer {
-    uint8_t *raw = nullptr, *p = nullptr;
-    size_t bytes = 0;
-    explicit Buffer(size_t n) : bytes(n + (size_t(2) << 20)) {
-        void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) usage("could not map the buffer");
-        raw = static_cast<uint8_t *>(m);
-        p = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(raw) + (size_t(2) << 20) - 1) & ~((uintptr_t(2) << 20) - 1));
-        madvise(p, n, MADV_HUGEPAGE);
-    }
-    ~Buffer() { munmap(raw, bytes); }
-};
 
 template <typename F>
 double best_seconds(F &&pass) {
@@ -76,38 +58,6 @@ double best_seconds(F &&pass) {
     }
     return best;
 }
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) uint64_t read_loop(const uint8_t *d, size_t n, bool prefetch) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t o = 0; o + 128 <= n; o += 128) {
-        if (prefetch) {
-            asm volatile("prefetcht0 %0" : : "m"(d[o + kPrefetchAhead]));
-            asm volatile("prefetcht0 %0" : : "m"(d[o + kPrefetchAhead + 64]));
-        }
-        a0 = _mm256_add_epi32(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(d + o)));
-        a1 = _mm256_add_epi32(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(d + o + 32)));
-        a2 = _mm256_add_epi32(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(d + o + 64)));
-        a3 = _mm256_add_epi32(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(d + o + 96)));
-    }
-    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3));
-    return static_cast<uint32_t>(_mm256_extract_epi32(s, 0));
-}
-
-int read_bench(size_t mib) {
-    const size_t n = mib << 20;
-    Buffer buf(n + kPrefetchAhead + 128);
-    for (size_t o = 0; o < n; o += 4096) buf.p[o] = static_cast<uint8_t>(o >> 12);
-    volatile uint64_t sink = 0;
-    for (bool prefetch : {false, true}) {
-        const double s = best_seconds([&] { sink = sink + read_loop(buf.p, n, prefetch); });
-        std::printf("read %zu MiB, %s software prefetch: %.2f GB/s\n", mib, prefetch ? "with" : "without", n / s / 1e9);
-    }
-    return 0;
-}
-#else
-int read_bench(size_t) { usage("the read loop is written for x86-64"); }
-#endif
 
 const KernelSet *kernel_set() {
     const std::string_view name = packed_kernels_name();
@@ -121,10 +71,8 @@ const KernelSet *kernel_set() {
 }  // namespace
 
 int main(int argc, char **argv) {
-    if (argc < 2) usage("expected a type or 'read'");
-    const std::string type_name = argv[1];
-    if (type_name == "read") return read_bench(argc > 2 ? (size_t)number(argv[2], "MIB") : 256);
     if (argc < 4) usage("expected TYPE N_IN N_OUT");
+    const std::string type_name = argv[1];
     const ggml_type type = type_name == "q8_0"   ? GGML_TYPE_Q8_0
                            : type_name == "q4_k" ? GGML_TYPE_Q4_K
                            : type_name == "q6_k" ? GGML_TYPE_Q6_K
@@ -151,8 +99,14 @@ int main(int argc, char **argv) {
     ggml_quantize_chunk(type, wf.data(), rows.data(), 0, n_out, n_in, nullptr);
     const size_t one = packed_size(type, n_in, n_out);
     const size_t copies = mib == 0 ? 1 : std::max<size_t>(1, ((mib << 20) + one - 1) / one);
-    Buffer w(one * copies + kPrefetchAhead);
-    for (size_t c = 0; c < copies; ++c) pack_matrix(type, rows.data(), w.p + c * one, n_in, n_out, 0);
+    // untouched until packed into (the advice comes first), with room for the
+    // last prefetches past the end
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = (one * copies + kPrefetchAhead + kHuge - 1) / kHuge * kHuge;
+    std::unique_ptr<uint8_t, decltype(&std::free)> w(static_cast<uint8_t *>(std::aligned_alloc(kHuge, bytes)), &std::free);
+    if (!w) usage("could not allocate the weights");
+    toy::advise_whole_blocks(w.get(), bytes, kHuge, MADV_HUGEPAGE);
+    for (size_t c = 0; c < copies; ++c) pack_matrix(type, rows.data(), w.get() + c * one, n_in, n_out, 0);
 
     const ggml_type form = packed_input_type(type);
     const size_t x_stride = form == GGML_TYPE_Q8_0   ? n_in / kQK * kColBlock
@@ -167,7 +121,7 @@ int main(int argc, char **argv) {
     const double s = best_seconds([&] {
         for (size_t c = 0; c < copies; ++c) {
             for (int64_t g = 0; g < n_out / kRows; ++g) {
-                tiles[columns](w.p + c * one + g * group, depth, x.data(), x_stride, y.data() + g * kRows, n_out);
+                tiles[columns](w.get() + c * one + g * group, depth, x.data(), x_stride, y.data() + g * kRows, n_out);
             }
         }
     });
