@@ -54,22 +54,38 @@ test-tsan:
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Constrained|Parity.*Sequences'
 
-# ggml's CUDA backend and toy with it in build-cuda/, a compile check that
+# ggml's CUDA backend and toy with it in $(CUDA_BUILD)/, a compile check that
 # needs no GPU (not part of `make test`: ggml's CUDA kernels take long to
-# build): Debian's CUDA toolkit (11.8, scripts/install-cuda.sh), host compiler
-# g++-11 (its nvcc does not take g++ 12), for CUDA_ARCHS: by default PTX for
-# compute 8.0, which the driver compiles for any GPU from Ampere on (H100
-# included; ggml's Hopper code, sm_90, needs a newer toolkit than 11.8).
-# /usr/bin comes first in PATH: Debian's nvcc calls ptxas and friends by
-# name, and another toolkit (/usr/local/cuda) may be on the PATH before it.
+# build). By default Debian's CUDA toolkit (11.8, scripts/install-cuda.sh),
+# host compiler g++-11 (its nvcc does not take g++ 12), for CUDA_ARCHS: by
+# default PTX for compute 8.0, which the driver compiles for any GPU from
+# Ampere on (H100 included; ggml's Hopper code, sm_90, needs a newer toolkit
+# than 11.8). /usr/bin comes first in PATH: Debian's nvcc calls ptxas and
+# friends by name, and another toolkit (/usr/local/cuda) may be on the PATH
+# before it. CUDA_TOOLKIT=/usr/local/cuda takes that toolkit instead (NVIDIA's
+# own, 12.x or 13.x, whose nvcc takes g++ 12), e.g. for Hopper machine code:
+#   make build-cuda CUDA_TOOLKIT=/usr/local/cuda CUDA_ARCHS=90-real
+# (the GPU run in BENCHMARKS.md was built so, with CUDA 13.0). CUDA_CMAKE_FLAGS:
+# more cmake flags for that build.
 CUDA_ARCHS ?= 80-virtual
+CUDA_TOOLKIT ?=
+CUDA_BUILD ?= build-cuda
+ifeq ($(CUDA_TOOLKIT),)
+CUDA_CMAKE = -DCMAKE_CUDA_COMPILER=/usr/bin/nvcc -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/cuda-g++
+CUDA_PATH  = /usr/bin:$$PATH
+CUDA_SETUP = scripts/install-cuda.sh
+else
+CUDA_CMAKE = -DCMAKE_CUDA_COMPILER=$(CUDA_TOOLKIT)/bin/nvcc
+CUDA_PATH  = $(CUDA_TOOLKIT)/bin:$$PATH
+CUDA_SETUP = test -x $(CUDA_TOOLKIT)/bin/nvcc || { echo "build-cuda: no nvcc in CUDA_TOOLKIT=$(CUDA_TOOLKIT)" >&2; exit 1; }
+endif
 build-cuda:
 	@$(MAKE) --no-print-directory deps
-	@scripts/install-cuda.sh
-	rm -f build-cuda/CMakeCache.txt
-	PATH=/usr/bin:$$PATH cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DTOY_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/bin/nvcc \
-	  -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/cuda-g++ -DCMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCHS)"
-	PATH=/usr/bin:$$PATH cmake --build build-cuda -j $(JOBS)
+	@$(CUDA_SETUP)
+	rm -f $(CUDA_BUILD)/CMakeCache.txt
+	PATH=$(CUDA_PATH) cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DTOY_CUDA=ON $(CUDA_CMAKE) \
+	  -DCMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCHS)" $(CUDA_CMAKE_FLAGS)
+	PATH=$(CUDA_PATH) cmake --build $(CUDA_BUILD) -j $(JOBS)
 
 # libFuzzer targets (fuzz/README.md) under ASan + UBSan in build-fuzz/, one
 # after another, FUZZ_SECONDS each (FUZZ_TARGETS: a subset; FUZZ_RUNS=N runs

@@ -14,6 +14,10 @@
 #   ROOFLINE [1]: also probe memory bandwidth (toy bench --roofline)
 #   ONESHOTS [3]: one-shot runs per engine per round (load time and RSS)
 #   TOY_FLAGS [""]: extra flags for toy bench and toy run (e.g. "--hugepages on")
+#   NGL [""]: -ngl N for both engines (a GPU build of each: toy's `make build-cuda`,
+#     llama.cpp's tools linked against the same ggml); sets ROOFLINE's default to 0
+#     (the probe measures the CPU's memory)
+#   BUILD_TOY [1]: 0 uses $BUILD_DIR/toy as it is (a build made elsewhere)
 #   LLAMA [AMX CPUs: "off fixed"; others: "on"]: which llama.cpp builds to compare with, any of
 #     off    the reference build with its AMX weight buffers disabled (below)
 #     on     the reference build as it is (on AMX CPUs its quantized prompts
@@ -62,9 +66,15 @@ PP=${PP:-512}
 TG=${TG:-128}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-2}
-ROOFLINE=${ROOFLINE:-1}
+NGL=${NGL:-}
+if [ -n "$NGL" ]; then ROOFLINE=${ROOFLINE:-0}; else ROOFLINE=${ROOFLINE:-1}; fi
+BUILD_TOY=${BUILD_TOY:-1}
 ONESHOTS=${ONESHOTS:-3}
 read -r -a TOY_EXTRA <<< "${TOY_FLAGS:-}"
+# flags both engines take the same way (the GPU offload)
+OFFLOAD=()
+[ -n "$NGL" ] && OFFLOAD=(-ngl "$NGL")
+GPU_NAME=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
 # The CPU kind decides which llama.cpp builds differ (only AMX CPUs need "off"/"fixed").
 CPU_NAME=$(lscpu | sed -n 's/^Model name: *//p')
 if grep -qw amx_tile /proc/cpuinfo; then CPU_AMX=yes; else CPU_AMX=no; fi
@@ -86,14 +96,16 @@ log() { echo "compare: $*" >&2; }
 # ---- tools ----
 [ -x /usr/bin/time ] || { echo "compare: /usr/bin/time is missing (apt-get install time)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "compare: python3 is missing" >&2; exit 1; }
-if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  log "configuring toy in $BUILD_DIR"
-  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >&2
+if [ "$BUILD_TOY" = 1 ]; then
+  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+    log "configuring toy in $BUILD_DIR"
+    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >&2
+  fi
+  log "building toy (incremental)"
+  cmake --build "$BUILD_DIR" --target toy -j"$(nproc)" >&2
 fi
-log "building toy (incremental)"
-cmake --build "$BUILD_DIR" --target toy -j"$(nproc)" >&2
 TOY=$BUILD_DIR/toy
-if [ ! -x "$REF_DIR/bin/llama-bench" ] || [ ! -x "$REF_DIR/bin/llama-completion" ]; then
+if [ ! -x "$REF_DIR/bin/llama-bench" ] || { [ "$ONESHOTS" != 0 ] && [ ! -x "$REF_DIR/bin/llama-completion" ]; }; then
   log "building the llama.cpp reference tools into $REF_DIR (about 10 minutes)"
   bash "$SHARED_DIR/tools/build-llama-reference.sh" "$REF_DIR" >&2
 fi
@@ -105,7 +117,7 @@ for cfg in $IK; do
   [ -x "$IK_DIR/build/bin/llama-bench" ] ||
     { echo "compare: IK=$IK but $IK_DIR/build/bin/llama-bench is missing (../shared/tools/build-ik-llama-reference.sh)" >&2; exit 1; }
 done
-log "CPU: $CPU_NAME; AMX: $CPU_AMX; engines: toy, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
+log "CPU: $CPU_NAME; AMX: $CPU_AMX;${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
 mkdir -p "$RESULTS_DIR"
 if [[ " $LLAMA " == *" off "* ]]; then
   cat > "$RESULTS_DIR/no_amx.c" <<'C'
@@ -167,7 +179,8 @@ fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "cpu: $CPU_NAME, $(nproc) cpus, AMX: $CPU_AMX, flags: $CPU_FLAGS"
-  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
+  [ -n "$GPU_NAME" ] && echo "gpu: $GPU_NAME"
+  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" NGL=\"$NGL\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
   echo "toy: $("$TOY" --version)"
   echo "load average at start: $(cat /proc/loadavg)"
 } > "$RESULTS_DIR/settings.txt"
@@ -176,30 +189,30 @@ fi
 run_toy_bench() {  # model out
   local extra=()
   [ "$ROOFLINE" = 1 ] && extra+=(--roofline)
-  "$TOY" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" --json "${extra[@]}" "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
+  "$TOY" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" --json "${extra[@]}" "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
     { log "toy bench failed on $1 (see $2.log)"; rm -f "$2"; }
 }
 run_llama_bench() {  # cfg model out
   local cmd
   read -r -a cmd <<< "$(llama_cmd "$1" llama-bench)"
-  "${cmd[@]}" -m "$2" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" -o json > "$3" 2> "$3.log" && return
+  "${cmd[@]}" -m "$2" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" "${OFFLOAD[@]}" -o json > "$3" 2> "$3.log" && return
   log "llama-bench ($1) failed on $2 (see $3.log)"
   rm -f "$3"
   # the reference build as it is crashes on quantized prompts on AMX CPUs; keep at least tg
   if [ "$PP" != 0 ] && [ "$TG" != 0 ]; then
     log "retrying llama-bench ($1) on $2 with -p 0 (tg only)"
-    "${cmd[@]}" -m "$2" -t "$THREADS" -p 0 -n "$TG" -r "$REPS" -o json > "$3" 2>> "$3.log" ||
+    "${cmd[@]}" -m "$2" -t "$THREADS" -p 0 -n "$TG" -r "$REPS" "${OFFLOAD[@]}" -o json > "$3" 2>> "$3.log" ||
       { log "llama-bench ($1) -p 0 failed on $2 too"; rm -f "$3"; }
   fi
 }
 oneshot_toy() {  # model out
-  /usr/bin/time -v -o "$2.time" "$TOY" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
+  /usr/bin/time -v -o "$2.time" "$TOY" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
     { log "toy run failed on $1 (see $2.log)"; rm -f "$2.time"; }
 }
 oneshot_llama() {  # cfg model out
   local cmd
   read -r -a cmd <<< "$(llama_cmd "$1" llama-completion)"
-  /usr/bin/time -v -o "$3.time" "${cmd[@]}" -m "$2" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 -no-cnv --no-warmup \
+  /usr/bin/time -v -o "$3.time" "${cmd[@]}" -m "$2" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 -no-cnv --no-warmup "${OFFLOAD[@]}" \
     > "$3" 2> "$3.log" < /dev/null || { log "llama-completion ($1) failed on $2 (see $3.log)"; rm -f "$3.time"; }
 }
 # one round: toy and every llama.cpp build, in the given order of engines
@@ -234,13 +247,14 @@ done
 echo "load average at end: $(cat /proc/loadavg)" >> "$RESULTS_DIR/settings.txt"
 
 # ---- table ----
-python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA $IK" "$CPU_NAME" "$CPU_AMX" <<'PY'
+python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA $IK" "$CPU_NAME" "$CPU_AMX" "$GPU_NAME" "$NGL" <<'PY'
 import glob, json, re, statistics, sys
 
 res_dir, models, builds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 LABEL = {"off": "llama.cpp AMX off", "on": "llama.cpp", "fixed": "llama.cpp AMX fixed",
          "ik": "ik_llama.cpp", "ik-rtr": "ik_llama.cpp -rtr 1"}
-print(f"CPU: {sys.argv[4]} (AMX: {sys.argv[5]})")
+print(f"CPU: {sys.argv[4]} (AMX: {sys.argv[5]})" + (f"; GPU: {sys.argv[6]}" if sys.argv[6] else "") +
+      (f"; -ngl {sys.argv[7]} for both engines" if sys.argv[7] else ""))
 print()
 
 def load_json(path):
@@ -356,4 +370,4 @@ if roof_lines:
         row(l)
 PY
 echo
-echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\"; raw results in $RESULTS_DIR"
+echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" NGL=\"$NGL\"; raw results in $RESULTS_DIR"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Training with blocks on a ggml RPC server vs on the CPU alone, in one run.
+# Training with blocks on a ggml RPC server (or a GPU) vs on the CPU alone, in
+# one run.
 #
 #   bench/train-split.sh          ROUNDS=3 STEPS=4 (about 5 min)
 #   TOY=/path/to/other/toy bench/train-split.sh    (another build, e.g. an older commit)
+#   SPLIT="-ngl 99 --device CUDA0" LOCAL_THREADS=8 TOY=build-cuda/toy bench/train-split.sh
+#                                 (every block on a GPU instead of a server)
 #
 # The server is a `toy rpc-server -t 1` on this machine (loopback), so the
 # table shows what the exchanges cost, not what a second machine gains: the
@@ -20,6 +23,8 @@ STEPS=${STEPS:-4}
 WORK=${WORK:-$HOME/.cache/toy-bench-split}
 SHARED=${SHARED:-$HERE/../shared}
 TOY=${TOY:-$HERE/build/toy}
+SPLIT=${SPLIT:-}                  # the split run's flags; default: a local server's (below)
+LOCAL_THREADS=${LOCAL_THREADS:-2}
 mkdir -p "$WORK"
 [ -x "$TOY" ] || make -C "$HERE" build >/dev/null
 . "$HERE/bench/lib.sh"
@@ -30,11 +35,15 @@ random_words words.txt 8000
   --n-vocab 49152 --type f32 -o smol.gguf 2>/dev/null
 cp "$SHARED/models/stories260K.gguf" stories260K.gguf
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$TOY" rpc-server -t 1 --port "$port" > server.log 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null' EXIT
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
+if [ -z "$SPLIT" ]; then
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$TOY" rpc-server -t 1 --port "$port" > server.log 2>&1 &
+  server=$!
+  trap 'kill $server 2>/dev/null' EXIT
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
+  SPLIT="-t 1 --rpc 127.0.0.1:$port -ngl 99"
+fi
+echo "local: -t $LOCAL_THREADS; split: $SPLIT"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 tps() {  # toy train flags...: tokens/s of its closing line (nothing when it fails: an older toy)
@@ -49,8 +58,9 @@ for model in stories260K smol; do
     [ "$mode" = lora ] && flags="$flags --lora-rank 8 --lora-targets q,k,v,o"
     : > local.tps; : > split.tps
     for r in $(seq "$ROUNDS"); do
-      tps $flags -t 2 >> local.tps
-      OMP_WAIT_POLICY=PASSIVE tps $flags -t 1 --rpc "127.0.0.1:$port" -ngl 99 >> split.tps
+      tps $flags -t "$LOCAL_THREADS" >> local.tps
+      # shellcheck disable=SC2086
+      OMP_WAIT_POLICY=PASSIVE tps $flags $SPLIT >> split.tps
     done
     l=$(median < local.tps); s=$(median < split.tps)
     if [ -z "$s" ]; then printf "| %s | %s | %s | (fails) | |\n" "$model" "$mode" "$l"; continue; fi

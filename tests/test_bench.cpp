@@ -219,7 +219,7 @@ TEST(Bench, ListsPgDepthAndEveryOutputFormat) {
 // each row is printed when its test is done, not at the end: the pp row
 // arrives while the long tg test still runs (the process is then stopped)
 TEST(Bench, RowsAppearAsTestsFinish) {
-    const std::string cmd = "exec " + shell_quote(TOY_BIN) + " bench -m " + shell_quote(kTied) +
+    const std::string cmd = "exec " + shell_quote(toy::test::toy_bin()) + " bench -m " + shell_quote(kTied) +
                             " -r 1 -p 8 -n 4000 -o jsonl 2>/dev/null";
     int fds[2];
     ASSERT_EQ(pipe(fds), 0);

@@ -495,7 +495,7 @@ private:
 };
 
 std::vector<std::string> chat_args() {
-    return {TOY_BIN, "chat", "-m", toy::test::shared_path("models/stories260K.gguf"), "--chat-template", "chatml",
+    return {toy::test::toy_bin(), "chat", "-m", toy::test::shared_path("models/stories260K.gguf"), "--chat-template", "chatml",
             "--temp", "0", "-n", "12", "-c", "256", "-t", "1", "--verbose"};
 }
 

@@ -224,7 +224,7 @@ TEST(Cli, UnknownCommandsEmptyPromptsAndStandardInput) {
     expect_one_line_error(run_toy("run -m " + kStories + " -p '' --no-bos"), "empty");
     expect_one_line_error(run_toy("run -m " + kStories + " -p a -f b"), "only one");
     expect_one_line_error(run_toy("run -m " + kStories), "no prompt");
-    Result in = toy::test::run_command("printf 'Once upon a time' | " + toy::test::shell_quote(TOY_BIN) + " run -m " + kStories +
+    Result in = toy::test::run_command("printf 'Once upon a time' | " + toy::test::shell_quote(toy::test::toy_bin()) + " run -m " + kStories +
                             " -f - -n 4 --temp 0 --json");
     ASSERT_EQ(in.code, 0) << in.err;
     Result p = run_toy("run -m " + kStories + " -p 'Once upon a time' -n 4 --temp 0 --json");
@@ -303,13 +303,13 @@ TEST(Cli, ReversePromptsNProbsContextShiftAndInteractive) {
     EXPECT_EQ(sj["stop"], "length");
     EXPECT_GE(sj["context_shifts"].get<int>(), 3);
     // -i: each line read continues the text; the run ends at the end of input
-    Result in = toy::test::run_command("printf 'and a dog\\n' | " + toy::test::shell_quote(TOY_BIN) + " run -m " + kStories +
+    Result in = toy::test::run_command("printf 'and a dog\\n' | " + toy::test::shell_quote(toy::test::toy_bin()) + " run -m " + kStories +
                                        " -p 'Once upon a time' -n 4 --temp 0 -i --json");
     ASSERT_EQ(in.code, 0) << in.err;
     auto ij = nlohmann::json::parse(in.out);
     EXPECT_EQ(ij["tokens"].size(), 8u);  // 4 before the line, 4 after it
     EXPECT_NE(ij["text"].get<std::string>().find("and a dog\n"), std::string::npos) << ij["text"];
-    Result first = toy::test::run_command("printf 'Once upon a time\\n' | " + toy::test::shell_quote(TOY_BIN) + " run -m " +
+    Result first = toy::test::run_command("printf 'Once upon a time\\n' | " + toy::test::shell_quote(toy::test::toy_bin()) + " run -m " +
                                           kStories + " -p '' -n 4 --temp 0 --interactive-first --json");
     ASSERT_EQ(first.code, 0) << first.err;
     EXPECT_EQ(nlohmann::json::parse(first.out)["tokens"].size(), 4u);

@@ -125,7 +125,7 @@ std::map<std::string, Case> run_cases(const std::string &mode, const std::functi
     std::filesystem::create_directories(d.file("disk"));
     std::filesystem::create_directories(d.file("out"));
     std::string cmd = "bash " + shell_quote(d.file("cases.sh")) + " " + mode;
-    for (const std::string &a : {std::string(TOY_BIN), kStories, d.file("data.txt"), d.file("disk"), d.file("out")}) cmd += " " + shell_quote(a);
+    for (const std::string &a : {std::string(toy::test::toy_bin()), kStories, d.file("data.txt"), d.file("disk"), d.file("out")}) cmd += " " + shell_quote(a);
     const auto r = run_command(wrap(cmd));
     EXPECT_EQ(r.code, 0) << r.out << r.err;
     return parse_cases(r.out);

@@ -565,7 +565,7 @@ TEST(GgufWriter, SignalsLeaveNoTemporaryBehind) {
     auto interrupted_init = [&](int sig) {
         const pid_t pid = fork();
         if (pid == 0) {
-            const std::string cmd = "exec " + toy::test::shell_quote(TOY_BIN) + " init --preset qwen2.5-0.5b --type q8_0 -q -o " +
+            const std::string cmd = "exec " + toy::test::shell_quote(toy::test::toy_bin()) + " init --preset qwen2.5-0.5b --type q8_0 -q -o " +
                                     toy::test::shell_quote(target) + " 2>/dev/null";
             execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)nullptr);
             _exit(127);

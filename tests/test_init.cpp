@@ -7,6 +7,7 @@
 #include "model/model.h"
 #include "model/weights.h"
 #include "runtime/session.h"
+#include "test_util.h"
 #include "text/vocab.h"
 
 #include <gtest/gtest.h>
@@ -156,7 +157,7 @@ std::string quote(const std::string &s) { return "'" + s + "'"; }
 Cli run_toy(const std::string &args) {
     TempDir dir;
     const std::string err = dir.file("stderr");
-    const std::string cmd = quote(TOY_BIN) + " " + args + " >/dev/null 2>" + quote(err);
+    const std::string cmd = quote(toy::test::toy_bin()) + " " + args + " >/dev/null 2>" + quote(err);
     int st = std::system(cmd.c_str());
     return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, read_bytes(err)};
 }

@@ -190,7 +190,7 @@ TEST(Lora, CommandsTakeLoraAndLoraScaled) {
     // generation and the benchmark take the same flags
     EXPECT_EQ(test::run_toy("run -m " + m + " --lora " + a + " --tokens 1,5 -n 4 --temp 0 -t 2").code, 0);
     EXPECT_EQ(test::run_toy("bench -m " + m + " --lora-scaled " + a + " 0.5 -p 8 -n 4 -r 1 -t 2").code, 0);
-    EXPECT_EQ(test::run_command("printf 'hi\\n' | " + test::shell_quote(TOY_BIN) + " chat -m " + m + " --lora " + a +
+    EXPECT_EQ(test::run_command("printf 'hi\\n' | " + test::shell_quote(toy::test::toy_bin()) + " chat -m " + m + " --lora " + a +
                                 " -n 4 --temp 0 -t 2")
                   .code,
               0);

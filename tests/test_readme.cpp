@@ -85,7 +85,7 @@ TEST(Readme, EveryCommandRuns) {
     ASSERT_GT(cmds.size(), 20u);
     toy::test::TempDir dir;
     const fs::path d = dir.path;
-    const std::string toy = shell_quote(TOY_BIN);
+    const std::string toy = shell_quote(toy::test::toy_bin());
     fs::copy_file(fs::path(TOY_SOURCE_DIR) / "models/toy-stories.gguf", d / "MODEL.gguf");
     for (const char *name : {"BASE.gguf", "DONOR.gguf"}) fs::copy_file(d / "MODEL.gguf", d / name);
     std::string story;

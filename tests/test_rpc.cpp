@@ -77,7 +77,7 @@ struct Server {
     pid_t pid = -1;
     int port;
     explicit Server(const std::string &extra = "") : port(Port().port) {
-        const std::string cmd = "exec " + toy::test::shell_quote(TOY_BIN) + " rpc-server -t 1 --port " +
+        const std::string cmd = "exec " + toy::test::shell_quote(toy::test::toy_bin()) + " rpc-server -t 1 --port " +
                                 std::to_string(port) + " " + extra + " >/dev/null 2>&1";
         pid = fork();
         if (pid == 0) {
@@ -322,7 +322,7 @@ TEST(Split, LayersOnTwoServersGiveTheLocalLogits) {
 test::CommandResult interrupted_generation(Server &server, const std::function<void()> &act, const std::string &flags = "") {
     test::TempDir dir;
     const std::string err = dir.file("err");
-    const std::string cmd = "timeout 120 " + test::shell_quote(TOY_BIN) + " run -m " +
+    const std::string cmd = "timeout 120 " + test::shell_quote(toy::test::toy_bin()) + " run -m " +
                             test::fixture_path("llama-256.q8_0.gguf") + " -p hello -n 30000 -c 32768 --ignore-eos -t 1 --rpc " +
                             server.endpoint() + " " + flags + " 2>" + err;
     FILE *out = popen(cmd.c_str(), "r");
@@ -363,23 +363,9 @@ TEST(Split, AServerThatStopsAnsweringIsAOneLineErrorAfterTheTimeout) {
     // stopped before the client starts: it accepts the connection (the kernel
     // does), and never says hello
     const std::string m = " logits -m " + test::fixture_path("llama-256.q8_0.gguf") + " --tokens 1,2 -o /dev/null --rpc " + server.endpoint();
-    expect_one_line_error(test::run_command("timeout 60 " + test::shell_quote(TOY_BIN) + m + " --rpc-timeout 1"),
+    expect_one_line_error(test::run_command("timeout 60 " + test::shell_quote(toy::test::toy_bin()) + m + " --rpc-timeout 1"),
                           "for 1 s while connecting");
     expect_one_line_error(run_toy(m + " --rpc-timeout -1"), "--rpc-timeout: expected seconds from 0 (wait forever)");
-}
-
-// The columns loss, val_loss and grad_norm of a toy train --log CSV, row by row.
-std::vector<std::array<double, 3>> loss_columns(const std::string &csv) {
-    std::ifstream in(csv);
-    std::vector<std::array<double, 3>> rows;
-    std::string line;
-    std::getline(in, line);  // header: step,epoch,loss,val_loss,lr,grad_norm,...
-    while (std::getline(in, line)) {
-        const std::vector<std::string> f = toy::split_list(line);
-        auto num = [](const std::string &v) { return v.empty() ? -1.0 : std::stod(v); };
-        rows.push_back({num(f.at(2)), num(f.at(3)), num(f.at(5))});
-    }
-    return rows;
 }
 
 // Training with blocks on an RPC server: the frozen base and the adapters of
@@ -417,7 +403,7 @@ TEST(Split, TrainingOnASplitModelFollowsTheLocalRun) {
         ASSERT_EQ(b.code, 0) << b.err;
         EXPECT_NE(b.err.find("toy: split: " + c.split), std::string::npos) << b.err;
         EXPECT_NE(b.err.find(" MiB of it on RPC0);"), std::string::npos) << b.err;  // the parameters' share
-        const auto la = loss_columns(local + ".csv"), lb = loss_columns(split + ".csv");
+        const auto la = test::loss_columns(local + ".csv"), lb = test::loss_columns(split + ".csv");
         ASSERT_EQ(la.size(), 3u);
         ASSERT_EQ(lb.size(), 3u);
         for (size_t i = 0; i < la.size(); ++i)

@@ -5,6 +5,7 @@
 #include "gguf/gguf_writer.h"
 #include "text/pre_tokenizer.h"
 #include "text/unicode.h"
+#include "test_util.h"
 #include "text/vocab.h"
 #include "vocab_cases.h"
 
@@ -395,7 +396,7 @@ TEST(TokVocab, HostileInputNeverCrashes) {
 namespace {
 
 std::string run_toy(const std::string &args, int *status) {
-    const std::string cmd = std::string(TOY_BIN) + " " + args + " 2>&1";
+    const std::string cmd = std::string(toy::test::toy_bin()) + " " + args + " 2>&1";
     FILE *p = popen(cmd.c_str(), "r");
     std::string out;
     if (!p) return out;

@@ -48,11 +48,11 @@ void expect_one_line_error(const toy::test::CommandResult &r, const std::string 
 
 // "toy train" with these arguments as a child process.
 pid_t spawn_toy(const std::vector<std::string> &args) {
-    std::vector<char *> argv{const_cast<char *>(TOY_BIN)};
+    std::vector<char *> argv{const_cast<char *>(toy::test::toy_bin())};
     for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
     argv.push_back(nullptr);
     pid_t pid = -1;
-    posix_spawn(&pid, TOY_BIN, nullptr, nullptr, argv.data(), environ);
+    posix_spawn(&pid, toy::test::toy_bin(), nullptr, nullptr, argv.data(), environ);
     return pid;
 }
 

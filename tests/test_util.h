@@ -2,16 +2,19 @@
 #pragma once
 
 #include "core/error.h"
+#include "core/lists.h"
 
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include <filesystem>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -127,8 +130,19 @@ inline std::string error_of(const std::function<void()> &f) {
     return "";
 }
 
+// The toy executable the tests run: this build's, or $TOY_TEST_BIN when set
+// (a CUDA build of toy driven by a CPU build of the tests on a machine with
+// a GPU: bench/gpu-check.sh).
+inline const char *toy_bin() {
+    static const char *const bin = [] {
+        const char *e = std::getenv("TOY_TEST_BIN");
+        return e && *e ? e : TOY_BIN;
+    }();
+    return bin;
+}
+
 // Runs the toy executable under test with these arguments.
-inline CommandResult run_toy(const std::string &args) { return run_command(shell_quote(TOY_BIN) + " " + args); }
+inline CommandResult run_toy(const std::string &args) { return run_command(shell_quote(toy_bin()) + " " + args); }
 
 // Every .gguf in ../shared's fixtures, models and models/vocab, sorted.
 inline std::vector<std::string> shared_gguf_files() {
@@ -142,6 +156,20 @@ inline std::vector<std::string> shared_gguf_files() {
     }
     std::sort(out.begin(), out.end());
     return out;
+}
+
+// The columns loss, val_loss and grad_norm of a toy train --log CSV, row by row.
+inline std::vector<std::array<double, 3>> loss_columns(const std::string &csv) {
+    std::ifstream in(csv);
+    std::vector<std::array<double, 3>> rows;
+    std::string line;
+    std::getline(in, line);  // header: step,epoch,loss,val_loss,lr,grad_norm,...
+    while (std::getline(in, line)) {
+        const std::vector<std::string> f = toy::split_list(line);
+        auto num = [](const std::string &v) { return v.empty() ? -1.0 : std::stod(v); };
+        rows.push_back({num(f.at(2)), num(f.at(3)), num(f.at(5))});
+    }
+    return rows;
 }
 
 // A scratch directory removed at the end of the test.

@@ -82,6 +82,7 @@ void print_devices() {
     for (const DeviceInfo &d : devices()) {
         std::printf("  %s: %s (%zu MiB, %zu MiB free)", d.name.c_str(), d.description.c_str(), d.total >> 20, d.free >> 20);
         if (d.type == "CPU") std::printf(" [toy kernels: %s]", graph::packed_kernels_name());
+        if (d.type == "GPU") std::printf(" [GPU]");
         std::printf("\n");
     }
     // a backend that found nothing to run on (a CUDA build without a GPU)

@@ -1,0 +1,129 @@
+// The parity fixtures on a GPU: a toy built with a GPU backend (ggml's CUDA
+// backend, `make build-cuda`) on a machine where it finds one. The tests run
+// the toy executable (toy::test::toy_bin(): this build's, or $TOY_TEST_BIN,
+// so that a CPU build of the tests can drive a CUDA build of toy), with every
+// block and the output head on the first GPU (-ngl 99) and the token
+// embedding on the CPU, as in llama.cpp: llama.cpp's (CPU) logits within the
+// fixtures' bounds, the prompt in one batch, in ubatches of 5 and token by
+// token; the greedy continuations of the F32 fixtures; training with its
+// blocks on the GPU follows the CPU run. Without a GPU every test here is
+// skipped and says why.
+#include "parity_fixtures.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+using namespace toy::test;
+
+namespace {
+
+// The first GPU that `toy devices` lists ("  CUDA0: NVIDIA H200 (...) [GPU]"),
+// or "".
+const std::string &gpu() {
+    static const std::string name = [] {
+        const CommandResult r = run_toy("devices");
+        std::istringstream in(r.out);
+        for (std::string line; std::getline(in, line);) {
+            if (line.find(" [GPU]") == std::string::npos) continue;
+            const size_t a = line.find_first_not_of(' '), b = line.find(':');
+            if (a != std::string::npos && b != std::string::npos && b > a) return line.substr(a, b - a);
+        }
+        return std::string();
+    }();
+    return name;
+}
+
+#define SKIP_WITHOUT_GPU()                                                                                       \
+    if (gpu().empty())                                                                                           \
+    GTEST_SKIP() << "no GPU: toy built without a GPU backend (make build-cuda), or its backend finds no device"
+
+// `toy logits` over the fixture's tokens on the GPU, with the cache types and
+// flash attention the reference was computed with, and `flags`.
+std::vector<float> gpu_logits(const Fixture &f, const Reference &r, const std::string &flags) {
+    TempDir dir;
+    const std::string out = dir.file("logits.f32"), kv = r.meta["kv_type"];
+    const CommandResult c = run_toy("logits -m " + shared_path(f.dir + "/" + r.meta["model"].get<std::string>()) + " --tokens " +
+                                    join_ids(r.tokens) + " -c 256 -t 2 -ctk " + kv + " -ctv " + kv + " -fa " +
+                                    (r.meta["flash_attn"].get<bool>() ? "on" : "off") + " -ngl 99 --device " + gpu() +
+                                    " -o " + out + " " + flags);
+    EXPECT_EQ(c.code, 0) << c.err;
+    // every block and the head on the GPU
+    EXPECT_NE(c.err.find(": " + gpu() + "; output: " + gpu()), std::string::npos) << c.err;
+    return c.code == 0 ? read_f32(out) : std::vector<float>{};
+}
+
+class GpuParity : public ::testing::TestWithParam<Fixture> {};
+
+TEST_P(GpuParity, BatchedUbatchedAndStepwiseLogits) {
+    SKIP_WITHOUT_GPU();
+    const Reference r = load_reference(GetParam());
+    for (const std::string flags : {"", "-ub 5", "--stepwise"}) {
+        const std::string what = flags.empty() ? "batched" : flags;
+        const RowStats s = expect_within_tolerance(r, gpu_logits(GetParam(), r, flags), what);
+        // for the record (BENCHMARKS.md's GPU section quotes these lines)
+        std::cout << "gpu-parity " << GetParam().name << " " << what << ": d_max " << s.d_max << ", argmax equal "
+                  << s.argmax_equal << "\n";
+    }
+}
+
+TEST_P(GpuParity, GreedyContinuation) {
+    SKIP_WITHOUT_GPU();
+    const Reference r = load_reference(GetParam());
+    if (!r.strict) GTEST_SKIP() << "greedy equality is not required for quantized weights/caches or flash attention";
+    const size_t n_prompt = r.meta["greedy_prompt_len"].get<size_t>();
+    const auto expected = r.meta["greedy"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> prompt(r.tokens.begin(), r.tokens.begin() + (long)n_prompt);
+    const CommandResult c = run_toy("run -m " + shared_path(GetParam().dir + "/" + r.meta["model"].get<std::string>()) +
+                                    " --tokens " + join_ids(prompt) + " -n " + std::to_string(expected.size()) +
+                                    " --temp 0 --ignore-eos --json -c 256 -t 2 -ctk f32 -ctv f32 -fa off -ngl 99 --device " + gpu());
+    ASSERT_EQ(c.code, 0) << c.err;
+    EXPECT_EQ(nlohmann::json::parse(c.out)["tokens"].get<std::vector<int32_t>>(), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuParity, ::testing::ValuesIn(all_fixtures()), fixture_test_name);
+
+// toy train with its blocks on the GPU (-ngl 99): the frozen base and the
+// adapters (LoRA), or each block's F32 parameters with their gradients and
+// AdamW moments (full fine-tune), live on the GPU and are updated there by
+// ggml's CUDA ops; the head and the loss stay on the CPU. The loss,
+// held-out loss and gradient norm of every step follow the CPU run; the
+// bound is float order (cuBLAS and ggml's CUDA kernels sum in other orders
+// than the CPU's kernels).
+TEST(GpuTraining, FollowsTheCpuRun) {
+    SKIP_WITHOUT_GPU();
+    TempDir dir;
+    const std::string text = dir.file("stories.txt"), stories = shared_path("models/stories260K.gguf");
+    {
+        std::ofstream out(text);
+        for (int i = 0; i < 12; ++i) out << "Once upon a time there was a little girl named Lily. She liked to play outside. ";
+    }
+    for (const std::string flags : {"--lora-rank 4 --lora-targets all", ""}) {
+        const std::string what = flags.empty() ? "full fine-tune" : "lora";
+        SCOPED_TRACE(what);
+        const std::string base =
+            "train -m " + stories + " -f " + text + " --steps 4 -c 32 -t 2 --val-split 0.2 --eval-every 1 " + flags;
+        const std::string cpu = dir.file("cpu"), dev = dir.file("gpu");
+        const CommandResult a = run_toy(base + " -q -o " + cpu + ".gguf --log " + cpu + ".csv");
+        ASSERT_EQ(a.code, 0) << a.err;
+        const CommandResult b = run_toy(base + " -ngl 99 --device " + gpu() + " -o " + dev + ".gguf --log " + dev + ".csv");
+        ASSERT_EQ(b.code, 0) << b.err;
+        EXPECT_NE(b.err.find("toy: split: blocks 0-4: " + gpu() + "; output: CPU"), std::string::npos) << b.err;
+        const auto la = loss_columns(cpu + ".csv"), lb = loss_columns(dev + ".csv");
+        ASSERT_EQ(la.size(), 4u);
+        ASSERT_EQ(lb.size(), 4u);
+        double worst = 0;
+        for (size_t i = 0; i < la.size(); ++i)
+            for (size_t k = 0; k < 3; ++k) {
+                worst = std::max(worst, std::fabs(lb[i][k] - la[i][k]) / std::fabs(la[i][k]));
+                EXPECT_NEAR(lb[i][k], la[i][k], 1e-3 * std::fabs(la[i][k])) << "step " << i + 1 << " column " << k;
+            }
+        std::cout << "gpu-training " << what << ": worst relative difference of loss, val_loss, grad_norm " << worst << "\n";
+    }
+}
+
+}  // namespace
