@@ -9,7 +9,8 @@
 #
 #   bench/link-llama-cuda.sh [CUDA_BUILD [REF_DIR [OUT_DIR]]]
 #   defaults: build-cuda, ~/.cache/toy-reference, ~/.cache/toy-reference-cuda
-# Result: OUT_DIR/bin/llama-bench and OUT_DIR/bin/llama-completion.
+# Result: OUT_DIR/bin/llama-bench, llama-completion and refdump-gpu (the fixtures'
+# reference dump of ../shared/tools with every layer on the GPU).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CB=$(cd "${1:-$ROOT/build-cuda}" && pwd)
@@ -32,4 +33,11 @@ for tool in llama-bench:llama-bench llama-completion:completion; do
     "$G/ggml-cuda/libggml-cuda.a" "${cuda_libs[@]}" "$G/ggml-rpc/libggml-rpc.a" "$G/libggml-cpu.a" "$G/libggml-base.a" \
     -fopenmp -lpthread -lm
 done
-echo "llama.cpp tools with toy's CUDA ggml in $OUT/bin"
+# refdump (the fixtures' reference logits, ../shared/tools) with every layer on the GPU
+shared=${TOY_SHARED_DIR:-$ROOT/../shared}
+sed 's/mp.n_gpu_layers = 0;/mp.n_gpu_layers = 999;/' "$shared/tools/refdump.cpp" > "$OUT/refdump-gpu.cpp"
+grep -q 'n_gpu_layers = 999' "$OUT/refdump-gpu.cpp" || { echo "link-llama-cuda: refdump.cpp no longer sets n_gpu_layers = 0" >&2; exit 1; }
+c++ -O2 -std=c++17 "$OUT/refdump-gpu.cpp" -I"$REF/llama.cpp/include" -I"$REF/llama.cpp/ggml/include" -o "$OUT/bin/refdump-gpu" \
+  ${rpath:+"$rpath"} "$REF/build/src/libllama.a" "$G/libggml.a" "$G/ggml-cuda/libggml-cuda.a" "${cuda_libs[@]}" \
+  "$G/ggml-rpc/libggml-rpc.a" "$G/libggml-cpu.a" "$G/libggml-base.a" -fopenmp -lpthread -ldl -lm
+echo "llama.cpp tools with toy's CUDA ggml in $OUT/bin (llama-bench, llama-completion, refdump-gpu)"

@@ -46,9 +46,10 @@ fi
 echo "local: -t $LOCAL_THREADS; split: $SPLIT"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-tps() {  # toy train flags...: tokens/s of its closing line (nothing when it fails: an older toy)
-  "$TOY" train -f words.txt -c 128 -b 128 --steps "$STEPS" --val-split 0 -o out.gguf "$@" 2>&1 >/dev/null |
-    grep -o '[0-9.]* tokens/s' | tail -1 | cut -d' ' -f1 || true
+tps() {  # toy train flags...: tokens/s of its closing line (nothing when it fails, and its last lines on stderr)
+  "$TOY" train -f words.txt -c 128 -b 128 --steps "$STEPS" --val-split 0 -o out.gguf "$@" > train.log 2>&1 || true
+  grep -o '[0-9.]* tokens/s' train.log | tail -1 | cut -d' ' -f1 ||
+    { echo "toy train $* failed:" >&2; tail -n 3 train.log >&2; }
 }
 
 printf "| model | training | local t/s | split t/s | split / local |\n|---|---|---:|---:|---:|\n"

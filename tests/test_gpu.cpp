@@ -43,19 +43,35 @@ const std::string &gpu() {
     GTEST_SKIP() << "no GPU: toy built without a GPU backend (make build-cuda), or its backend finds no device"
 
 // `toy logits` over the fixture's tokens on the GPU, with the cache types and
-// flash attention the reference was computed with, and `flags`.
-std::vector<float> gpu_logits(const Fixture &f, const Reference &r, const std::string &flags) {
+// flash attention the reference was computed with, and `flags` (default: every
+// block and the head on the GPU).
+std::vector<float> gpu_logits(const Fixture &f, const Reference &r, const std::string &flags,
+                              const std::string &ngl = "99") {
     TempDir dir;
     const std::string out = dir.file("logits.f32"), kv = r.meta["kv_type"];
     const CommandResult c = run_toy("logits -m " + shared_path(f.dir + "/" + r.meta["model"].get<std::string>()) + " --tokens " +
                                     join_ids(r.tokens) + " -c 256 -t 2 -ctk " + kv + " -ctv " + kv + " -fa " +
-                                    (r.meta["flash_attn"].get<bool>() ? "on" : "off") + " -ngl 99 --device " + gpu() +
+                                    (r.meta["flash_attn"].get<bool>() ? "on" : "off") + " -ngl " + ngl + " --device " + gpu() +
                                     " -o " + out + " " + flags);
     EXPECT_EQ(c.code, 0) << c.err;
-    // every block and the head on the GPU
-    EXPECT_NE(c.err.find(": " + gpu() + "; output: " + gpu()), std::string::npos) << c.err;
+    // the blocks asked for (the last one, or all and the head) on the GPU
+    EXPECT_NE(c.err.find(ngl == "1" ? ": " + gpu() + "; output: CPU" : ": " + gpu() + "; output: " + gpu()), std::string::npos)
+        << c.err;
     return c.code == 0 ? read_f32(out) : std::vector<float>{};
 }
+
+// The bounds against llama.cpp's CPU logits. ggml's CUDA kernels round
+// differently from its CPU ones: activations quantized to Q8_1 (the CPU takes
+// Q8_0 or Q8_K), F32 products of small batches on tensor cores, other
+// summation orders. llama.cpp on the GPU misses the CPU bounds the same way:
+// on an H200 (sm_90, CUDA 13.0) its own logits for these fixtures were up to
+// 1.7e-3 (F32) and 3.2e-2 (quantized) from its CPU ones, with the argmax of
+// 97.9% and 91.7% of the rows agreeing, and toy's GPU logits were
+// bit-identical to llama.cpp's GPU logits on 16 of the 20 fixtures (within
+// 3.6e-4 on three more; bench/gpu-check.sh, BENCHMARKS.md). The bounds below
+// hold what toy's three paths measured there (-ub 5 the widest: 3.9e-3 on
+// F32, argmax 89.6% on the Q8_0 cache token by token), with some margin.
+constexpr Bounds kGpuBounds{5e-3, 0.95, 4e-2, 0.875};
 
 class GpuParity : public ::testing::TestWithParam<Fixture> {};
 
@@ -64,11 +80,21 @@ TEST_P(GpuParity, BatchedUbatchedAndStepwiseLogits) {
     const Reference r = load_reference(GetParam());
     for (const std::string flags : {"", "-ub 5", "--stepwise"}) {
         const std::string what = flags.empty() ? "batched" : flags;
-        const RowStats s = expect_within_tolerance(r, gpu_logits(GetParam(), r, flags), what);
+        const RowStats s = expect_within_tolerance(r, gpu_logits(GetParam(), r, flags), what, kGpuBounds);
         // for the record (BENCHMARKS.md's GPU section quotes these lines)
         std::cout << "gpu-parity " << GetParam().name << " " << what << ": d_max " << s.d_max << ", argmax equal "
                   << s.argmax_equal << "\n";
     }
+}
+
+// The last block on the GPU, the others and the head on the CPU: the prompt's
+// activations cross to the GPU and back, and ggml's scheduler may run the
+// CPU's matrix products of the 48-token batch on the GPU (op offload).
+TEST_P(GpuParity, PartlyOffloadedLogits) {
+    SKIP_WITHOUT_GPU();
+    const Reference r = load_reference(GetParam());
+    const RowStats s = expect_within_tolerance(r, gpu_logits(GetParam(), r, "", "1"), "-ngl 1", kGpuBounds);
+    std::cout << "gpu-parity " << GetParam().name << " -ngl 1: d_max " << s.d_max << ", argmax equal " << s.argmax_equal << "\n";
 }
 
 TEST_P(GpuParity, GreedyContinuation) {

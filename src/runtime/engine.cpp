@@ -44,10 +44,11 @@ void Engine::release() {
     threadpool_ = nullptr;
 }
 
-ggml_backend_sched_t Engine::make_scheduler(size_t graph_size) const {
+ggml_backend_sched_t Engine::make_scheduler(size_t graph_size, OpOffload offload) const {
     std::vector<ggml_backend_t> all = offload_;
     all.push_back(backend_);  // ggml's scheduler takes the last backend for the CPU
-    ggml_backend_sched_t s = ggml_backend_sched_new(all.data(), nullptr, (int)all.size(), graph_size, false, true);
+    ggml_backend_sched_t s = ggml_backend_sched_new(all.data(), nullptr, (int)all.size(), graph_size, false,
+                                                    offload == OpOffload::Allowed);
     if (!s) fail("could not create a graph scheduler");
     return s;
 }

@@ -31,9 +31,14 @@ public:
     bool offloads() const { return !offload_.empty(); }
     int n_threads() const { return n_threads_; }
 
+    // Whether ggml's scheduler may move an op whose weight is in CPU memory
+    // to an offload device that asks for it (a GPU takes matrix products of
+    // 32 tokens or more, copying the weight over: prompts on a partly
+    // offloaded model), or must run every op where its weights are.
+    enum class OpOffload { Allowed, Off };
     // A scheduler over this engine's backends (offload devices first, the CPU
     // last) for graphs of up to graph_size nodes.
-    ggml_backend_sched_t make_scheduler(size_t graph_size) const;
+    ggml_backend_sched_t make_scheduler(size_t graph_size, OpOffload offload = OpOffload::Allowed) const;
     // Places what ggml's scheduler would place badly, before the graph is
     // allocated: toy's custom ops (host functions a remote or GPU backend
     // cannot run) on the CPU; and a norm whose result is scaled by an

@@ -114,7 +114,10 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
         inputs.push_back(lg.loss_grad);
     }
     lg.inputs.place(engine_.buffer_type(), inputs);
-    lg.sched = engine_.make_scheduler(size);
+    // Every op stays where toy placed it: with ggml's op offload a GPU took
+    // the CPU head's product (a batch of 32 tokens or more) and the in-place
+    // loss ops then ran on the CPU over logits in GPU memory (a crash).
+    lg.sched = engine_.make_scheduler(size, Engine::OpOffload::Off);
     engine_.place_ops(lg.sched, lg.gf);
     if (trace_.out) ggml_backend_sched_set_eval_callback(lg.sched, trace_callback, &trace_);
     if (!ggml_backend_sched_alloc_graph(lg.sched, lg.gf)) {
@@ -315,8 +318,8 @@ void Trainer::build_optimizer_graphs() {
     }
     opt_inputs_.place(engine_.buffer_type(), {hp_decay_, hp_no_decay_});
     // a scheduler counts nodes and leaves (values, moments) together
-    norm_sched_ = engine_.make_scheduler(2 * norm_nodes);
-    update_sched_ = engine_.make_scheduler(2 * update_nodes);
+    norm_sched_ = engine_.make_scheduler(2 * norm_nodes, Engine::OpOffload::Off);
+    update_sched_ = engine_.make_scheduler(2 * update_nodes, Engine::OpOffload::Off);
     for (auto [sched, gf] : {std::pair{norm_sched_, norm_graph_}, std::pair{update_sched_, update_graph_}}) {
         engine_.place_ops(sched, gf);
         if (!ggml_backend_sched_alloc_graph(sched, gf)) fail("could not allocate the optimizer graphs");
