@@ -175,14 +175,29 @@ ggml_tensor *Builder::attention_batched(ggml_tensor *q, ggml_tensor *k, ggml_ten
 
 ggml_tensor *Builder::feed_forward(ggml_tensor *x, int il) const {
     const LayerWeights &l = w_.layers[il];
+    const bool swiglu = c_.ffn == FfnKind::SwiGlu;
     switch (c_.ffn) {
-    case FfnKind::SwiGlu: {
-        ggml_tensor *gate = linear(il, Proj::Gate, l.ffn_gate, x), *up = linear(il, Proj::Up, l.ffn_up, x);
-        return linear(il, Proj::Down, l.ffn_down, ggml_swiglu_split(ctx_, gate, up));
-    }
+    case FfnKind::SwiGlu:
     case FfnKind::GeGlu: {
-        ggml_tensor *gate = linear(il, Proj::Gate, l.ffn_gate, x), *up = linear(il, Proj::Up, l.ffn_up, x);
-        ggml_tensor *act = train_ ? ggml_mul(ctx_, gelu(gate), up) : ggml_geglu_split(ctx_, gate, up);
+        ggml_tensor *gate, *up;
+        if (l.ffn_gate_up) {
+            ggml_tensor *gu = mul_mat(l.ffn_gate_up, x);  // [2 n_ff, T]: gate's rows, then up's
+            // ggml's GLU over the halves of each column, unless adapters
+            // change the halves first
+            const bool adapted = adapters_ && !(adapters_->terms(il, Proj::Gate).empty() && adapters_->terms(il, Proj::Up).empty());
+            if (!adapted) return linear(il, Proj::Down, l.ffn_down, swiglu ? ggml_swiglu(ctx_, gu) : ggml_geglu(ctx_, gu));
+            const int64_t n_ff = gu->ne[0] / 2;
+            gate = ggml_cont(ctx_, ggml_view_2d(ctx_, gu, n_ff, gu->ne[1], gu->nb[1], 0));
+            up = ggml_cont(ctx_, ggml_view_2d(ctx_, gu, n_ff, gu->ne[1], gu->nb[1], n_ff * gu->nb[0]));
+            gate = add_adapters(il, Proj::Gate, gate, x);
+            up = add_adapters(il, Proj::Up, up, x);
+        } else {
+            gate = linear(il, Proj::Gate, l.ffn_gate, x);
+            up = linear(il, Proj::Up, l.ffn_up, x);
+        }
+        ggml_tensor *act = swiglu ? ggml_swiglu_split(ctx_, gate, up)
+                           : train_ ? ggml_mul(ctx_, gelu(gate), up)
+                                    : ggml_geglu_split(ctx_, gate, up);
         return linear(il, Proj::Down, l.ffn_down, act);
     }
     case FfnKind::Gelu:

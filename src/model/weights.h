@@ -22,6 +22,9 @@ struct LayerWeights {
     ggml_tensor *post_attn_norm = nullptr;
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;
     ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
+    // [n_embd, 2 n_ff]: gate's rows then up's, fused at load for a block on
+    // an offload device (model.cpp)
+    ggml_tensor *ffn_gate_up = nullptr;
     ggml_tensor *ffn_up_b = nullptr, *ffn_down_b = nullptr;
     ggml_tensor *post_ffn_norm = nullptr;
     ggml_tensor *ffn_gate_inp = nullptr;                                      // router [n_embd, n_expert]
