@@ -5,7 +5,7 @@
 # ../shared/tools/build-llama-reference.sh from the same pinned bundle) linked
 # against the ggml libraries of toy's CUDA build. Both engines then run the
 # same compiled ggml, and ggml's CUDA kernels are compiled once, not twice
-# (about an hour on 2 cores for one GPU architecture).
+# (about 45 minutes on 2 cores for one GPU architecture).
 #
 #   bench/link-llama-cuda.sh [CUDA_BUILD [REF_DIR [OUT_DIR]]]
 #   defaults: build-cuda, ~/.cache/toy-reference, ~/.cache/toy-reference-cuda
