@@ -48,17 +48,17 @@ const std::string &gpu() {
 // block and the head on the GPU).
 std::vector<float> gpu_logits(const Fixture &f, const Reference &r, const std::string &flags,
                               const std::string &ngl = "99") {
-    TempDir dir;
-    const std::string out = dir.file("logits.f32"), kv = r.meta["kv_type"];
-    const CommandResult c = run_toy("logits -m " + shared_path(f.dir + "/" + r.meta["model"].get<std::string>()) + " --tokens " +
-                                    join_ids(r.tokens) + " -c 256 -t 2 -ctk " + kv + " -ctv " + kv + " -fa " +
-                                    (r.meta["flash_attn"].get<bool>() ? "on" : "off") + " -ngl " + ngl + " --device " + gpu() +
-                                    " -o " + out + " " + flags);
-    EXPECT_EQ(c.code, 0) << c.err;
+    const std::string kv = r.meta["kv_type"];
+    std::string err;
+    const std::vector<float> logits =
+        toy_logits(shared_path(f.dir + "/" + r.meta["model"].get<std::string>()), r.tokens,
+                   "-c 256 -t 2 -ctk " + kv + " -ctv " + kv + " -fa " + (r.meta["flash_attn"].get<bool>() ? "on" : "off") +
+                       " -ngl " + ngl + " --device " + gpu() + " " + flags,
+                   &err);
     // the blocks asked for (the last one, or all and the head) on the GPU
-    EXPECT_NE(c.err.find(ngl == "1" ? ": " + gpu() + "; output: CPU" : ": " + gpu() + "; output: " + gpu()), std::string::npos)
-        << c.err;
-    return c.code == 0 ? read_f32(out) : std::vector<float>{};
+    EXPECT_NE(err.find(ngl == "1" ? ": " + gpu() + "; output: CPU" : ": " + gpu() + "; output: " + gpu()), std::string::npos)
+        << err;
+    return logits;
 }
 
 // The bounds against llama.cpp's CPU logits. ggml's CUDA kernels round

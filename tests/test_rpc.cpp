@@ -263,14 +263,8 @@ TEST(Split, BadSplitFlagsAreOneLineErrorsBeforeLoading) {
 // attention: the same ggml kernels wherever a block runs).
 std::vector<float> fixture_logits(const std::string &fixture, const std::string &flags, std::string *err = nullptr) {
     const nlohmann::json meta = test::read_json(test::fixture_path(fixture + ".json"));
-    test::TempDir dir;
-    const std::string out = dir.file("logits.f32");
-    const test::CommandResult r =
-        run_toy("logits -m " + test::fixture_path(fixture + ".gguf") + " --tokens " +
-                test::join_ids(meta["tokens"].get<std::vector<int>>()) + " -ctk f32 -ctv f32 -fa off -t 2 -o " + out + " " + flags);
-    EXPECT_EQ(r.code, 0) << r.err;
-    if (err) *err = r.err;
-    return r.code == 0 ? test::read_f32(out) : std::vector<float>{};
+    return test::toy_logits(test::fixture_path(fixture + ".gguf"), meta["tokens"].get<std::vector<int32_t>>(),
+                            "-ctk f32 -ctv f32 -fa off -t 2 " + flags, err);
 }
 
 TEST(Split, LayersOnTwoServersGiveTheLocalLogits) {

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/lists.h"
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -187,5 +188,17 @@ struct TempDir {
         return c;
     }
 };
+
+// `toy logits -m MODEL --tokens IDS -o FILE FLAGS`: the logits it wrote, or
+// none (and a test failure) when it failed; its stderr in *err.
+inline std::vector<float> toy_logits(const std::string &model, const std::vector<int32_t> &tokens, const std::string &flags,
+                                     std::string *err = nullptr) {
+    TempDir dir;
+    const std::string out = dir.file("logits.f32");
+    const CommandResult r = run_toy("logits -m " + model + " --tokens " + join_ids(tokens) + " -o " + out + " " + flags);
+    EXPECT_EQ(r.code, 0) << r.err;
+    if (err) *err = r.err;
+    return r.code == 0 ? read_f32(out) : std::vector<float>{};
+}
 
 }  // namespace toy::test
