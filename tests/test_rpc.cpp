@@ -31,6 +31,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -379,24 +380,37 @@ TEST(Split, TrainingOnASplitModelFollowsTheLocalRun) {
     }
     const std::string rpc = " --rpc " + server.endpoint();
     struct Case {
-        std::string name, flags, ngl, split;  // split: what `toy: split:` must say
+        std::string name, model, flags, ngl, split;  // split: what `toy: split:` must say
+        bool all_remote = false;  // the whole training state on the server (the embedding too)
     };
+    const std::string tied = test::fixture_path("llama-tied.f32.gguf");
     const std::vector<Case> cases = {
-        {"lora", "--lora-rank 2 --lora-targets all", "99", "blocks 0-4: RPC0; output: CPU"},
-        {"lora-sgd", "--lora-rank 2 --lora-targets q,v -opt sgd -lr 0.05", "2", "blocks 0-2: CPU; blocks 3-4: RPC0; output: CPU"},
-        {"full", "", "2", "blocks 0-2: CPU; blocks 3-4: RPC0; output: CPU"},
+        // -ngl 99: the head and the loss on the server too (ggml's cross-entropy there)
+        {"lora", stories, "--lora-rank 2 --lora-targets all", "99", "blocks 0-4: RPC0; output: RPC0", true},
+        {"lora-sgd", stories, "--lora-rank 2 --lora-targets q,v -opt sgd -lr 0.05", "2",
+         "blocks 0-2: CPU; blocks 3-4: RPC0; output: CPU"},
+        {"full", stories, "", "2", "blocks 0-2: CPU; blocks 3-4: RPC0; output: CPU"},
+        {"full-head", stories, "", "99", "blocks 0-4: RPC0; output: RPC0"},
+        // a tied embedding goes with the head: everything on the server
+        {"full-tied", tied, "", "99", "blocks 0-1: RPC0; output: RPC0", true},
     };
     for (const Case &c : cases) {
         SCOPED_TRACE(c.name);
         const std::string base =
-            "train -m " + stories + " -f " + text + " --steps 3 -c 32 -t 2 --val-split 0.2 --eval-every 1 " + c.flags;
+            "train -m " + c.model + " -f " + text + " --steps 3 -c 32 -t 2 --val-split 0.2 --eval-every 1 " + c.flags;
         const std::string local = dir.file(c.name + "-local"), split = dir.file(c.name + "-split");
         const test::CommandResult a = run_toy(base + " -q -o " + local + ".gguf --log " + local + ".csv");
         ASSERT_EQ(a.code, 0) << a.err;
         const test::CommandResult b = run_toy(base + rpc + " -ngl " + c.ngl + " -o " + split + ".gguf --log " + split + ".csv");
         ASSERT_EQ(b.code, 0) << b.err;
         EXPECT_NE(b.err.find("toy: split: " + c.split), std::string::npos) << b.err;
-        EXPECT_NE(b.err.find(" MiB of it on RPC0);"), std::string::npos) << b.err;  // the parameters' share
+        // the parameters' share on the server (an untied embedding stays on the CPU)
+        std::smatch share;
+        ASSERT_TRUE(std::regex_search(b.err, share, std::regex(R"(\(([0-9.]+) MiB with gradients and moments; ([0-9.]+) MiB of it on RPC0\))")))
+            << b.err;
+        if (c.all_remote) {
+            EXPECT_EQ(share[1], share[2]) << b.err;
+        }
         const auto la = test::loss_columns(local + ".csv"), lb = test::loss_columns(split + ".csv");
         ASSERT_EQ(la.size(), 3u);
         ASSERT_EQ(lb.size(), 3u);

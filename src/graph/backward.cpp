@@ -28,6 +28,29 @@ bool on_other_device(const ggml_tensor *t) {
     return dev && ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
 }
 
+// The forward nodes ggml's scheduler runs on an offload device, placed as it
+// places them: beside an offload device's weight they read, else (reading
+// no weight) after a source that runs there. Blocks on devices come after
+// those on the CPU, so a CPU block's nodes never follow a device's.
+std::unordered_set<const ggml_tensor *> offloaded_nodes(ggml_cgraph *gf, const std::unordered_set<ggml_tensor *> &forward) {
+    std::unordered_set<const ggml_tensor *> out;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor *t = ggml_graph_node(gf, i);
+        if (!forward.count(t)) continue;
+        bool device_weight = false, cpu_weight = false, follows = false;
+        for (const ggml_tensor *s : t->src) {
+            if (!s) continue;
+            if ((s->view_src ? s->view_src : s)->buffer) {
+                (on_other_device(s) ? device_weight : cpu_weight) = true;
+            } else if (out.count(s)) {
+                follows = true;
+            }
+        }
+        if (device_weight || (!cpu_weight && follows)) out.insert(t);
+    }
+    return out;
+}
+
 // The out_prod nodes among the terms of gradient g (sums, reshapes and
 // copies of them): what computes a parameter's gradient.
 void collect_products(ggml_tensor *g, std::unordered_set<const ggml_tensor *> &out) {
@@ -51,7 +74,8 @@ bool same_batches(const ggml_tensor *a, const ggml_tensor *b) { return a->ne[2] 
 // kernel, by mul_mat(a^T, b^T) on contiguous transposed copies, in place.
 class OutProdRewriter {
 public:
-    explicit OutProdRewriter(ggml_context *ctx) : ctx_(ctx) {}
+    OutProdRewriter(ggml_context *ctx, std::unordered_set<const ggml_tensor *> offloaded)
+        : ctx_(ctx), offloaded_(std::move(offloaded)) {}
 
     std::unordered_map<ggml_tensor *, ggml_tensor *> replacement;
     // products left to ggml: those of parameters on another device (their
@@ -70,9 +94,10 @@ public:
     bool rewrite(ggml_tensor *t) {
         if (t->op != GGML_OP_OUT_PROD || keep.count(t)) return false;
         ggml_tensor *a = t->src[0], *b = t->src[1];
-        // a weight held by another device (a split model's frozen block):
-        // ggml's own op runs there; toy's kernels are the CPU's
-        if (on_other_device(a) || on_other_device(b)) return false;
+        // a weight held by another device (a split model's frozen block), or
+        // an activation of a block that runs there: ggml's own op runs there;
+        // toy's kernels are the CPU's
+        if (on_other_device(a) || on_other_device(b) || runs_offloaded(a) || runs_offloaded(b)) return false;
         if (out_prod_f32_supported(a, b)) {
             replacement[t] = out_prod_f32(ctx_, a, b);
             return true;
@@ -87,6 +112,19 @@ public:
     }
 
 private:
+    // Whether x is (a view, copy or transpose of) a forward node that runs on an offload device.
+    bool runs_offloaded(const ggml_tensor *x) const {
+        for (; x; x = x->src[0]) {
+            if (offloaded_.count(x)) return true;
+            switch (x->op) {
+            case GGML_OP_VIEW: case GGML_OP_RESHAPE: case GGML_OP_PERMUTE: case GGML_OP_TRANSPOSE: case GGML_OP_CONT:
+            case GGML_OP_CPY: case GGML_OP_DUP: continue;
+            default: return false;
+            }
+        }
+        return false;
+    }
+
     // x^T, contiguous; the transpose of a transpose is its source. Shared
     // between the products that read the same activation (Q, K and V's
     // weight gradients all need the normed input transposed).
@@ -101,6 +139,7 @@ private:
     }
 
     ggml_context *ctx_;
+    std::unordered_set<const ggml_tensor *> offloaded_;
     std::unordered_map<ggml_tensor *, ggml_tensor *> cache_;
 };
 
@@ -167,7 +206,7 @@ ggml_cgraph *build_backward(ggml_context *ctx, ggml_cgraph *gf, ggml_tensor *los
     }
     ggml_build_backward_expand(ctx, gf, accs.data());
 
-    OutProdRewriter rw(ctx);
+    OutProdRewriter rw(ctx, offloaded_nodes(gf, forward));
     for (const auto &[param, acc] : accumulators)
         if (on_other_device(acc)) collect_products(ggml_graph_get_grad(gf, param), rw.keep);
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {

@@ -105,7 +105,7 @@ LayerSplit plan_split(const SplitOptions &o, int n_layer) {
         const int end = d == last ? n_layer : first + (int)std::lround(cum / total * n_off);
         for (; at < end; ++at) s.layer[(size_t)at] = devs[d];
     }
-    if (ngl > n_layer && !o.head_on_cpu) s.output = devs[last];
+    if (ngl > n_layer) s.output = devs[last];
     for (ggml_backend_dev_t d : devs) {
         const bool used = d == s.output || std::find(s.layer.begin(), s.layer.end(), d) != s.layer.end();
         if (used) s.devices.push_back(d);

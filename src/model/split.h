@@ -29,9 +29,6 @@ struct SplitOptions {
     std::vector<float> tensor_split;   // a proportion per offload device; empty: by free memory
     int main_gpu = 0;                  // split mode none: the offload device (an index into them) that takes all
     std::vector<std::string> devices;  // offload devices by ggml name; empty: every GPU and RPC device
-    // Keep the output norm and head on the CPU whatever -ngl says (training:
-    // its loss ops are toy's CPU kernels, one of them in place on the logits).
-    bool head_on_cpu = false;
 };
 
 struct LayerSplit {

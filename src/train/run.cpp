@@ -180,18 +180,17 @@ RunSettings RunSettings::from_json(const nlohmann::json &j) {
 }
 
 Trainable load_trainable(const RunSettings &s, const SplitOptions &split) {
-    SplitOptions where = split;
-    where.head_on_cpu = true;  // the loss and its gradient are CPU kernels, one in place on the logits
     LoadOptions lo = trainable_load_options();
     // LoRA: the frozen base's blocks on their devices, each block's adapters
     // beside them. Full: the base stays on the CPU (it is only read once),
     // each block's F32 parameters, gradients and moments go to its device.
-    if (s.mode == Mode::Lora) lo.split = where;
+    // The head goes where -ngl puts it, with the loss (Trainer).
+    if (s.mode == Mode::Lora) lo.split = split;
     Trainable t;
     t.model = Model::load(s.model, lo);
     check_trainable(t.model->config());
     if (s.mode == Mode::Full) {
-        t.tm = TrainableModel::full(*t.model, s.lens_from, s.seed, plan_split(where, t.model->config().n_layer));
+        t.tm = TrainableModel::full(*t.model, s.lens_from, s.seed, plan_split(split, t.model->config().n_layer));
     } else {
         t.tm = TrainableModel::lora(*t.model, s.lora);
     }

@@ -159,7 +159,9 @@ std::unique_ptr<TrainableModel> TrainableModel::full(const Model &base, const st
             t = m->params_->add_constant(s.name, ne);
         } else {
             const bool decay = s.role == TensorRole::Linear || s.role == TensorRole::Experts || s.role == TensorRole::Router;
-            t = m->params_->add(s.name, ne, decay, group_of(s.name), split.device_of(s.layer, m->w_.is_head_slot(s.slot))).value;
+            // a tied embedding is the head's matrix too: it goes with the head
+            const bool head = m->w_.is_head_slot(s.slot) || (s.name == "token_embd.weight" && base.weights().tied_output);
+            t = m->params_->add(s.name, ne, decay, group_of(s.name), split.device_of(s.layer, head)).value;
         }
         *s.slot = t;
         fills.push_back({t, s.name});

@@ -28,8 +28,16 @@ struct Trainer::LossGraph {
     ggml_context *ctx = nullptr;
     ggml_cgraph *gf = nullptr;
     graph::ForwardGraph g;
-    ggml_tensor *targets = nullptr;  // I32 [N]: the next token, -1 where a row has no target
     ggml_tensor *weight = nullptr;   // F32 [1]
+    // The head on the CPU: toy's loss kernels over the targets.
+    ggml_tensor *targets = nullptr;  // I32 [N]: the next token, -1 where a row has no target
+    // The head on an offload device: ggml's cross-entropy there, over one-hot
+    // labels the graph writes itself (no V x N upload): `hot` is row i's
+    // label index i * n_vocab + target (any index in the row where there is
+    // no target), `has_target` 1 or 0 per row (the label's value, and the
+    // mask that keeps rows without a target out of the gradient). Null on the CPU.
+    ggml_tensor *hot = nullptr;         // I64 [N]
+    ggml_tensor *has_target = nullptr;  // F32 [1, N]
     ggml_tensor *loss = nullptr;
     ggml_tensor *loss_grad = nullptr;  // d loss / d loss, 1 before each compute (backward only)
     InputBuffer inputs;
@@ -45,6 +53,13 @@ struct Trainer::LossGraph {
 namespace {
 
 size_t loss_graph_size(const Config &c) { return std::max<size_t>(8192, (size_t)c.n_layer * 1600 + 2048); }
+
+// Whether the logits are computed on an offload device (a GPU or an RPC
+// server): the output projection's weight lives there.
+bool head_offloaded(const TrainableModel &m) {
+    const ggml_tensor *w = m.weights().output;
+    return w && w->buffer && !ggml_backend_buffer_is_host(w->buffer);
+}
 
 }  // namespace
 
@@ -84,29 +99,47 @@ void Trainer::build_loss_graph(LossGraph &lg, bool backward) {
     p.adapters = model_.adapters();
     lg.g = graph::build_forward(lg.ctx, lg.gf, c, model_.weights(), p);
 
-    lg.targets = ggml_new_tensor_1d(lg.ctx, GGML_TYPE_I32, N);
-    ggml_set_input(graph::named(lg.targets, "train_targets"));
     lg.weight = ggml_new_tensor_1d(lg.ctx, GGML_TYPE_F32, 1);
     ggml_set_input(graph::named(lg.weight, "train_loss_weight"));
-    // differentiated as ggml's cross-entropy over one-hot labels, computed
-    // from the targets: the labels are a placeholder build_backward replaces
-    ggml_tensor *ce = backward ? ggml_cross_entropy_loss(lg.ctx, lg.g.logits, ggml_dup_tensor(lg.ctx, lg.g.logits))
-                               : graph::mean_cross_entropy(lg.ctx, lg.g.logits, lg.targets);
+    std::vector<ggml_tensor *> inputs = lg.g.inputs();
+    inputs.push_back(lg.weight);
+    ggml_tensor *ce = nullptr;
+    const bool device_loss = head_offloaded(model_);
+    if (device_loss) {
+        // ggml's cross-entropy and its backward, which offload devices have,
+        // over labels written where the logits are: zeros, then each row's
+        // has_target at its label index
+        const int64_t V = lg.g.logits->ne[0];
+        lg.hot = ggml_new_tensor_1d(lg.ctx, GGML_TYPE_I64, N);
+        ggml_set_input(graph::named(lg.hot, "train_label_index"));
+        lg.has_target = ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, 1, N);
+        ggml_set_input(graph::named(lg.has_target, "train_has_target"));
+        inputs.insert(inputs.end(), {lg.hot, lg.has_target});
+        ggml_tensor *zeros = ggml_fill_inplace(lg.ctx, ggml_new_tensor_2d(lg.ctx, GGML_TYPE_F32, 1, V * N), 0.0f);
+        ggml_tensor *labels = ggml_reshape_2d(lg.ctx, ggml_set_rows(lg.ctx, zeros, lg.has_target, lg.hot), V, N);
+        ce = ggml_cross_entropy_loss(lg.ctx, ggml_mul(lg.ctx, lg.g.logits, lg.has_target), labels);
+    } else {
+        lg.targets = ggml_new_tensor_1d(lg.ctx, GGML_TYPE_I32, N);
+        ggml_set_input(graph::named(lg.targets, "train_targets"));
+        inputs.push_back(lg.targets);
+        // differentiated as ggml's cross-entropy over one-hot labels, computed
+        // from the targets: the labels are a placeholder build_backward replaces
+        ce = backward ? ggml_cross_entropy_loss(lg.ctx, lg.g.logits, ggml_dup_tensor(lg.ctx, lg.g.logits))
+                      : graph::mean_cross_entropy(lg.ctx, lg.g.logits, lg.targets);
+    }
     lg.loss = ggml_mul(lg.ctx, ce, lg.weight);
     graph::named(lg.loss, "train_loss");
     ggml_set_output(lg.loss);
     ggml_set_loss(lg.loss);
     ggml_build_forward_expand(lg.gf, lg.loss);
 
-    std::vector<ggml_tensor *> inputs = lg.g.inputs();
-    inputs.insert(inputs.end(), {lg.targets, lg.weight});
     if (backward) {
         // every parameter's gradient goes into its own accumulator
         std::vector<std::pair<ggml_tensor *, ggml_tensor *>> accs;
         for (const Param &prm : model_.params().params()) accs.emplace_back(prm.value, prm.grad);
         ggml_cgraph *forward = lg.gf;
         graph::BackwardOptions bo;
-        bo.targets = lg.targets;
+        if (!device_loss) bo.targets = lg.targets;
         if (opts_.recompute) bo.recompute_from = &lg.g.checkpoints;
         lg.gf = graph::build_backward(lg.ctx, forward, lg.loss, accs, size, bo);
         lg.loss_grad = ggml_graph_get_grad_acc(forward, lg.loss);
@@ -151,7 +184,17 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
         if (t < 0 || t >= c.n_vocab) fail("token id {} is out of range: the vocabulary has {} tokens", t, c.n_vocab);
     }
     set_forward_inputs(lg.g, c, tokens, pos);
-    ggml_backend_tensor_set(lg.targets, targets.data(), 0, targets.size() * sizeof(int32_t));
+    if (lg.targets) ggml_backend_tensor_set(lg.targets, targets.data(), 0, targets.size() * sizeof(int32_t));
+    if (lg.hot) {
+        std::vector<int64_t> hot(N);
+        std::vector<float> has(N);
+        for (int64_t row = 0; row < N; ++row) {
+            hot[row] = row * c.n_vocab + std::max(targets[row], 0);
+            has[row] = targets[row] >= 0 ? 1.0f : 0.0f;
+        }
+        ggml_backend_tensor_set(lg.hot, hot.data(), 0, hot.size() * sizeof(int64_t));
+        ggml_backend_tensor_set(lg.has_target, has.data(), 0, has.size() * sizeof(float));
+    }
     ggml_backend_tensor_set(lg.weight, &weight, 0, sizeof(float));
     if (lg.loss_grad) {
         const float one = 1.0f;
