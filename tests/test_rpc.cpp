@@ -383,7 +383,11 @@ TEST(Split, TrainingOnASplitModelFollowsTheLocalRun) {
         std::string name, model, flags, ngl, split;  // split: what `toy: split:` must say
         bool all_remote = false;  // the whole training state on the server (the embedding too)
     };
-    const std::string tied = test::fixture_path("llama-tied.f32.gguf");
+    const std::string tied = test::fixture_path("llama-tied.f32.gguf"), padded = dir.file("vocab300.gguf");
+    // a vocabulary that training pads to a multiple of 16 (the logits' rows are not n_vocab)
+    ASSERT_EQ(run_toy("init --arch gpt2 --n-embd 32 --n-layer 2 --n-head 2 --n-ff 64 --n-vocab 300 --n-ctx 64 --type f32 -o " +
+                      padded).code,
+              0);
     const std::vector<Case> cases = {
         // -ngl 99: the head and the loss on the server too (ggml's cross-entropy there)
         {"lora", stories, "--lora-rank 2 --lora-targets all", "99", "blocks 0-4: RPC0; output: RPC0", true},
@@ -393,6 +397,9 @@ TEST(Split, TrainingOnASplitModelFollowsTheLocalRun) {
         {"full-head", stories, "", "99", "blocks 0-4: RPC0; output: RPC0"},
         // a tied embedding goes with the head: everything on the server
         {"full-tied", tied, "", "99", "blocks 0-1: RPC0; output: RPC0", true},
+        // (SGD: AdamW's first steps turn the float noise of near-zero bias
+        // gradients into whole steps, 1.4e-4 apart on a bias here)
+        {"full-padded-vocab", padded, "-opt sgd -lr 0.05", "99", "blocks 0-1: RPC0; output: RPC0"},
     };
     for (const Case &c : cases) {
         SCOPED_TRACE(c.name);

@@ -33,9 +33,10 @@ struct Trainer::LossGraph {
     ggml_tensor *targets = nullptr;  // I32 [N]: the next token, -1 where a row has no target
     // The head on an offload device: ggml's cross-entropy there, over one-hot
     // labels the graph writes itself (no V x N upload): `hot` is row i's
-    // label index i * n_vocab + target (any index in the row where there is
-    // no target), `has_target` 1 or 0 per row (the label's value, and the
-    // mask that keeps rows without a target out of the gradient). Null on the CPU.
+    // label index i * V + target, V the logits' rows (any index in the row
+    // where there is no target), `has_target` 1 or 0 per row (the label's
+    // value, and the mask that keeps rows without a target out of the
+    // gradient). Null on the CPU.
     ggml_tensor *hot = nullptr;         // I64 [N]
     ggml_tensor *has_target = nullptr;  // F32 [1, N]
     ggml_tensor *loss = nullptr;
@@ -186,10 +187,11 @@ double Trainer::run_ubatch(LossGraph &lg, std::span<const Window *const> windows
     set_forward_inputs(lg.g, c, tokens, pos);
     if (lg.targets) ggml_backend_tensor_set(lg.targets, targets.data(), 0, targets.size() * sizeof(int32_t));
     if (lg.hot) {
+        const int64_t V = lg.g.logits->ne[0];  // a full fine-tune pads the vocabulary (TrainableModel::full)
         std::vector<int64_t> hot(N);
         std::vector<float> has(N);
         for (int64_t row = 0; row < N; ++row) {
-            hot[row] = row * c.n_vocab + std::max(targets[row], 0);
+            hot[row] = row * V + std::max(targets[row], 0);
             has[row] = targets[row] >= 0 ? 1.0f : 0.0f;
         }
         ggml_backend_tensor_set(lg.hot, hot.data(), 0, hot.size() * sizeof(int64_t));
