@@ -15,6 +15,7 @@
 #   CHECKS ["info tests logits bench train"]  which parts to run
 #   SHARED [<repo>/../shared]      fixtures and models (bench/train-split.sh takes stories260K)
 #   THREADS [8] REPS [3] ROUNDS [2] ONESHOTS [1] MODELS [compare.sh's]  for the benchmark
+#   TRAIN_ROUNDS [2] LORA_TYPES ["f16 q4_k_m"]  for bench/train-split.sh
 #   MODEL_DIR [~/.cache/toy/bench-models]  where the benchmark models are (made if missing)
 # Output: OUT_DIR/info.txt, gpu-tests.log, logits.md (toy and llama.cpp on the
 # GPU against each other and against llama.cpp's CPU reference) with
@@ -114,6 +115,7 @@ if [[ " $CHECKS " == *" train "* ]]; then
   say "training: CPU alone vs every block on the GPU"
   gpu=$("$TOY" devices | sed -n 's/^ *\([^:]*\):.* \[GPU\]$/\1/p' | head -n 1)
   SPLIT="-t $THREADS -ngl 99 --device $gpu" LOCAL_THREADS=$THREADS ROUNDS=${TRAIN_ROUNDS:-2} TOY=$TOY SHARED=$SHARED \
+    LORA_TYPES=${LORA_TYPES-"f16 q4_k_m"} \
     WORK=$(mktemp -d /tmp/gpu-train.XXXXXX) "$ROOT/bench/train-split.sh" > "$OUT/train.md" 2>&1 || status=1
   cat "$OUT/train.md"
 fi

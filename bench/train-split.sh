@@ -15,7 +15,9 @@
 # SmolLM2-135M-shaped llama (toy init, random F32 weights, vocab 49152 —
 # real shapes). LoRA (rank 8 on q,k,v,o) and full fine-tune, -c 128, one
 # window per step; tokens/s from toy's own closing line (training steps
-# only). Prints medians over ROUNDS and split / local.
+# only). LORA_TYPES="f16 q4_k_m" adds LoRA rows on the smol shape stored in
+# those types (a frozen F16 or quantized base). Prints medians over ROUNDS
+# and split / local.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${ROUNDS:-3}
@@ -34,6 +36,11 @@ random_words words.txt 8000
 [ -f smol.gguf ] || "$TOY" init --arch llama --n-embd 576 --n-layer 30 --n-head 9 --n-head-kv 3 --n-ff 1536 \
   --n-vocab 49152 --type f32 -o smol.gguf 2>/dev/null
 cp "$SHARED/models/stories260K.gguf" stories260K.gguf
+LORA_TYPES=${LORA_TYPES:-}
+for t in $LORA_TYPES; do
+  [ -f "smol-$t.gguf" ] || "$TOY" init --arch llama --n-embd 576 --n-layer 30 --n-head 9 --n-head-kv 3 --n-ff 1536 \
+    --n-vocab 49152 --type "$t" -o "smol-$t.gguf" 2>/dev/null
+done
 
 if [ -z "$SPLIT" ]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -53,8 +60,9 @@ tps() {  # toy train flags...: tokens/s of its closing line (nothing when it fai
 }
 
 printf "| model | training | local t/s | split t/s | split / local |\n|---|---|---:|---:|---:|\n"
-for model in stories260K smol; do
+for model in stories260K smol $(for t in $LORA_TYPES; do echo "smol-$t"; done); do
   for mode in lora full; do
+    [ "$mode" = full ] && [[ "$model" == smol-* ]] && continue  # a frozen F16 or quantized base: LoRA only
     flags="-m $model.gguf"
     [ "$mode" = lora ] && flags="$flags --lora-rank 8 --lora-targets q,k,v,o"
     : > local.tps; : > split.tps

@@ -383,7 +383,8 @@ TEST(Split, TrainingOnASplitModelFollowsTheLocalRun) {
         std::string name, model, flags, ngl, split;  // split: what `toy: split:` must say
         bool all_remote = false;  // the whole training state on the server (the embedding too)
     };
-    const std::string tied = test::fixture_path("llama-tied.f32.gguf"), padded = dir.file("vocab300.gguf");
+    const std::string tied = test::fixture_path("llama-tied.f32.gguf"), padded = dir.file("vocab300.gguf"),
+                      quantized = test::fixture_path("llama-256.q4_k_m.gguf");
     // a vocabulary that training pads to a multiple of 16 (the logits' rows are not n_vocab)
     ASSERT_EQ(run_toy("init --arch gpt2 --n-embd 32 --n-layer 2 --n-head 2 --n-ff 64 --n-vocab 300 --n-ctx 64 --type f32 -o " +
                       padded).code,
@@ -391,6 +392,8 @@ TEST(Split, TrainingOnASplitModelFollowsTheLocalRun) {
     const std::vector<Case> cases = {
         // -ngl 99: the head and the loss on the server too (ggml's cross-entropy there)
         {"lora", stories, "--lora-rank 2 --lora-targets all", "99", "blocks 0-4: RPC0; output: RPC0", true},
+        // a Q4_K/Q6_K base: its products dequantize the weights where they are
+        {"lora-quantized", quantized, "--lora-rank 2 --lora-targets all", "99", "blocks 0-1: RPC0; output: RPC0", true},
         {"lora-sgd", stories, "--lora-rank 2 --lora-targets q,v -opt sgd -lr 0.05", "2",
          "blocks 0-2: CPU; blocks 3-4: RPC0; output: CPU"},
         {"full", stories, "", "2", "blocks 0-2: CPU; blocks 3-4: RPC0; output: CPU"},

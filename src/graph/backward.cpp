@@ -96,7 +96,12 @@ public:
         ggml_tensor *a = t->src[0], *b = t->src[1];
         // a weight held by another device (a split model's frozen block), or
         // an activation of a block that runs there: ggml's own op runs there;
-        // toy's kernels are the CPU's
+        // toy's kernels are the CPU's. ggml's CUDA out_prod takes F32 only:
+        // an F16 or quantized weight is first dequantized there.
+        if (on_other_device(a) && a->type != GGML_TYPE_F32 && a->ne[2] == 1 && a->ne[3] == 1) {
+            t->src[0] = dequantized(a);
+            return true;
+        }
         if (on_other_device(a) || on_other_device(b) || runs_offloaded(a) || runs_offloaded(b)) return false;
         if (out_prod_f32_supported(a, b)) {
             replacement[t] = out_prod_f32(ctx_, a, b);
@@ -125,6 +130,16 @@ private:
         return false;
     }
 
+    // A 2-D weight of any type as F32, where it lives: every row through
+    // get_rows, which ggml's backends have for every type (their cpy does
+    // not convert K-quants). Shared by the products that read the same weight.
+    ggml_tensor *dequantized(ggml_tensor *w) {
+        auto it = f32_.find(w);
+        if (it != f32_.end()) return it->second;
+        ggml_tensor *rows = ggml_cast(ctx_, ggml_arange(ctx_, 0.0f, (float)w->ne[1], 1.0f), GGML_TYPE_I32);
+        return f32_[w] = ggml_get_rows(ctx_, w, rows);
+    }
+
     // x^T, contiguous; the transpose of a transpose is its source. Shared
     // between the products that read the same activation (Q, K and V's
     // weight gradients all need the normed input transposed).
@@ -140,7 +155,7 @@ private:
 
     ggml_context *ctx_;
     std::unordered_set<const ggml_tensor *> offloaded_;
-    std::unordered_map<ggml_tensor *, ggml_tensor *> cache_;
+    std::unordered_map<ggml_tensor *, ggml_tensor *> cache_, f32_;
 };
 
 // Copies of forward nodes, computed again from the tensors kept (the block
