@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 MODEL ?= models/toy-stories.gguf
 
-.PHONY: all deps configure build run test test-asan test-tsan build-cuda fuzz clean default-model
+.PHONY: all deps configure build run test cuda-check test-asan test-tsan build-cuda fuzz clean default-model
 
 all: build
 
@@ -31,6 +31,20 @@ tests/node/node_modules/.package-lock.json: tests/node/package-lock.json
 
 test: build tests/node/node_modules/.package-lock.json
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory cuda-check
+
+# The CUDA compile check of `make test` (CI), after the tests: ggml's CUDA
+# backend and toy linked against it (build-cuda below, target toy), where
+# Debian's CUDA toolkit is or can be installed (as root, with the Debian
+# mirror reachable); elsewhere it says why it is skipped. No GPU needed.
+# About 25 minutes on 2 cores the first time (plus the toolkit's 1.6 GB),
+# then what changed (ccache). TOY_CUDA_CHECK=0 skips it.
+TOY_CUDA_CHECK ?= 1
+cuda-check:
+	@if [ "$(TOY_CUDA_CHECK)" = 0 ]; then echo "cuda-check: skipped (TOY_CUDA_CHECK=0)"; \
+	elif ! scripts/install-cuda.sh; then echo "cuda-check: skipped: no CUDA toolkit here, and it could not be installed (above)"; \
+	else $(MAKE) --no-print-directory build-cuda CUDA_TARGETS=toy && \
+	  echo "cuda-check: toy builds with ggml's CUDA backend ($$(/usr/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p'), $(CUDA_ARCHS))"; fi
 
 # The suite under sanitizers, each in its own build directory (not part of
 # `make test`: several times slower). ASan + UBSan halt on the first finding;
@@ -54,9 +68,8 @@ test-tsan:
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Constrained|Parity.*Sequences'
 
-# ggml's CUDA backend and toy with it in $(CUDA_BUILD)/, a compile check that
-# needs no GPU (not part of `make test`: ggml's CUDA kernels take long to
-# build). By default Debian's CUDA toolkit (11.8, scripts/install-cuda.sh),
+# ggml's CUDA backend and toy with it in $(CUDA_BUILD)/ (CUDA_TARGETS: what
+# to build, default all). By default Debian's CUDA toolkit (11.8, scripts/install-cuda.sh),
 # host compiler g++-11 (its nvcc does not take g++ 12), for CUDA_ARCHS: by
 # default PTX for compute 8.0, which the driver compiles for any GPU from
 # Ampere on (H100 included; ggml's Hopper code, sm_90, needs a newer toolkit
@@ -70,6 +83,7 @@ test-tsan:
 CUDA_ARCHS ?= 80-virtual
 CUDA_TOOLKIT ?=
 CUDA_BUILD ?= build-cuda
+CUDA_TARGETS ?= all
 ifeq ($(CUDA_TOOLKIT),)
 CUDA_CMAKE = -DCMAKE_CUDA_COMPILER=/usr/bin/nvcc -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/cuda-g++
 CUDA_PATH  = /usr/bin:$$PATH
@@ -85,7 +99,7 @@ build-cuda:
 	rm -f $(CUDA_BUILD)/CMakeCache.txt
 	PATH=$(CUDA_PATH) cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DTOY_CUDA=ON $(CUDA_CMAKE) \
 	  -DCMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCHS)" $(CUDA_CMAKE_FLAGS)
-	PATH=$(CUDA_PATH) cmake --build $(CUDA_BUILD) -j $(JOBS)
+	PATH=$(CUDA_PATH) cmake --build $(CUDA_BUILD) -j $(JOBS) --target $(CUDA_TARGETS)
 
 # libFuzzer targets (fuzz/README.md) under ASan + UBSan in build-fuzz/, one
 # after another, FUZZ_SECONDS each (FUZZ_TARGETS: a subset; FUZZ_RUNS=N runs
