@@ -5,10 +5,11 @@
 // dy^T). Its CPU out_prod is a loop of row updates; toy's out_prod_f32 computes
 // the same sums register-blocked, reading W (of any type) and the activations
 // where they lie. Products of blocks on an offload device (a GPU, an RPC
-// server) stay ggml's and run there. ggml's cross-entropy takes one-hot labels as large as the
-// logits; with `targets`, the loss and its gradient come from integer targets
-// instead, the gradient written over the logits. Same values up to the order
-// of float additions.
+// server) stay ggml's and run there, an F16 or quantized weight there
+// dequantized first. ggml's cross-entropy takes one-hot labels as large as
+// the logits; with `targets`, the loss and its gradient come from integer
+// targets instead, the gradient written over the logits. Same values up to
+// the order of float additions.
 #pragma once
 
 #include <ggml.h>
