@@ -162,33 +162,48 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[h][c]);
 }
 
-// F16: two partial sums per column (they hide the FMA latency and halve the
-// rounding of long sums), 6 columns per pass.
+// F16. Prompts (4 columns or more): one half of the group (8 rows) at a
+// time against all columns, up to the set's 8 in one pass, so each weight
+// vector feeds C FMAs and the group is streamed twice per 8 columns (one
+// pass per half; 6 + 2 columns with both halves streamed it twice per
+// pass). Decoding (up to 3 columns): both halves per input, each with two
+// partial sums (even and odd inputs) that hide the FMA latency and halve
+// the rounding of long sums.
 template <int C>
 void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
-    const int64_t nb = n_in;  // for TOY_SPLIT_COLUMNS
-    const uint8_t *xq = x;
-    TOY_SPLIT_COLUMNS(f16_tile, 6)
-    for (int h = 0; h < 2; ++h) {
-        __m256 acc[C][2];
-        for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
-        const float *xc[C];
-        for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
+    const float *xc[C];
+    for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
+    if constexpr (C >= 4) {
+        for (int h = 0; h < 2; ++h) {
+            __m256 acc[C];
+            for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+            for (int64_t k = 0; k < n_in; ++k) {
+                const __m256 wv = _mm256_cvtph_ps(load128(w + 32 * k + 16 * h));
+                for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(wv, _mm256_set1_ps(xc[c][k]), acc[c]);
+            }
+            for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[c]);
+        }
+    } else {
+        __m256 acc[C][2][2];
+        for (int c = 0; c < C; ++c)
+            for (int h = 0; h < 2; ++h) acc[c][h][0] = acc[c][h][1] = _mm256_setzero_ps();
+        const auto step = [&](int64_t k, int p) TOY_INLINE {
+            const __m256 w0 = _mm256_cvtph_ps(load128(w + 32 * k)), w1 = _mm256_cvtph_ps(load128(w + 32 * k + 16));
+            for (int c = 0; c < C; ++c) {
+                const __m256 xv = _mm256_set1_ps(xc[c][k]);
+                acc[c][0][p] = _mm256_fmadd_ps(w0, xv, acc[c][0][p]);
+                acc[c][1][p] = _mm256_fmadd_ps(w1, xv, acc[c][1][p]);
+            }
+        };
         int64_t k = 0;
         for (; k + 1 < n_in; k += 2) {
-            if (h == 0) prefetch_block<C>(w + 32 * k, 64);
-            const __m256 w0 = _mm256_cvtph_ps(load128(w + 32 * k + 16 * h));
-            const __m256 w1 = _mm256_cvtph_ps(load128(w + 32 * (k + 1) + 16 * h));
-            for (int c = 0; c < C; ++c) {
-                acc[c][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(xc[c][k]), acc[c][0]);
-                acc[c][1] = _mm256_fmadd_ps(w1, _mm256_set1_ps(xc[c][k + 1]), acc[c][1]);
-            }
+            prefetch_block<C>(w + 32 * k, 64);
+            step(k, 0);
+            step(k + 1, 1);
         }
-        if (k < n_in) {
-            const __m256 w0 = _mm256_cvtph_ps(load128(w + 32 * k + 16 * h));
-            for (int c = 0; c < C; ++c) acc[c][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(xc[c][k]), acc[c][0]);
-        }
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_add_ps(acc[c][0], acc[c][1]));
+        if (k < n_in) step(k, 0);
+        for (int c = 0; c < C; ++c)
+            for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_add_ps(acc[c][h][0], acc[c][h][1]));
     }
 }
 
