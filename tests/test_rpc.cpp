@@ -392,6 +392,9 @@ TEST(Split, TrainingOnASplitModelFollowsTheLocalRun) {
     const std::vector<Case> cases = {
         // -ngl 99: the head and the loss on the server too (ggml's cross-entropy there)
         {"lora", stories, "--lora-rank 2 --lora-targets all", "99", "blocks 0-4: RPC0; output: RPC0", true},
+        // gradient checkpointing: the recomputed blocks and the loss on the server too
+        {"lora-recompute", stories, "--lora-rank 2 --lora-targets all --grad-checkpointing", "99",
+         "blocks 0-4: RPC0; output: RPC0", true},
         // a Q4_K/Q6_K base: its products dequantize the weights where they are
         {"lora-quantized", quantized, "--lora-rank 2 --lora-targets all", "99", "blocks 0-1: RPC0; output: RPC0", true},
         {"lora-sgd", stories, "--lora-rank 2 --lora-targets q,v -opt sgd -lr 0.05", "2",
