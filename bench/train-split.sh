@@ -33,13 +33,12 @@ mkdir -p "$WORK"
 cd "$WORK"
 echo "$(cpu_line); toy: $TOY"
 random_words words.txt 8000
-[ -f smol.gguf ] || "$TOY" init --arch llama --n-embd 576 --n-layer 30 --n-head 9 --n-head-kv 3 --n-ff 1536 \
-  --n-vocab 49152 --type f32 -o smol.gguf 2>/dev/null
+smol_shape=(--arch llama --n-embd 576 --n-layer 30 --n-head 9 --n-head-kv 3 --n-ff 1536 --n-vocab 49152)
+[ -f smol.gguf ] || "$TOY" init "${smol_shape[@]}" --type f32 -o smol.gguf 2>/dev/null
 cp "$SHARED/models/stories260K.gguf" stories260K.gguf
 LORA_TYPES=${LORA_TYPES:-}
 for t in $LORA_TYPES; do
-  [ -f "smol-$t.gguf" ] || "$TOY" init --arch llama --n-embd 576 --n-layer 30 --n-head 9 --n-head-kv 3 --n-ff 1536 \
-    --n-vocab 49152 --type "$t" -o "smol-$t.gguf" 2>/dev/null
+  [ -f "smol-$t.gguf" ] || "$TOY" init "${smol_shape[@]}" --type "$t" -o "smol-$t.gguf" 2>/dev/null
 done
 
 if [ -z "$SPLIT" ]; then
