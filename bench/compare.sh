@@ -142,7 +142,7 @@ C
   cc -O2 -shared -fPIC "$RESULTS_DIR/no_amx.c" -o "$RESULTS_DIR/no_amx.so" -ldl
 fi
 if [[ " $LLAMA " == *" fixed "* ]] &&
-   { [ ! -x "$FIXED_DIR/build/bin/llama-bench" ] || [ ! -x "$FIXED_DIR/build/bin/llama-completion" ]; }; then
+   { [ ! -x "$FIXED_DIR/build/bin/llama-bench" ] || { [ "$ONESHOTS" != 0 ] && [ ! -x "$FIXED_DIR/build/bin/llama-completion" ]; }; }; then
   log "building llama.cpp with the AMX compiler fix into $FIXED_DIR (about 10 minutes)"
   cmake -S "$REF_DIR/llama.cpp" -B "$FIXED_DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \

@@ -383,6 +383,23 @@ TEST(Model, AmxWeightsRunBatchesWithinTolerance) {
     EXPECT_EQ(s.argmax_equal, 1.0);
 }
 
+// On CPUs with AMX, K-quant matrices still go to toy's own packed kernel,
+// which decoded Llama-3.2-1B Q4_K_M twice as fast as ggml's AMX buffer did
+// (BENCHMARKS.md); Q8_0 stays in AMX (the test above).
+TEST(Model, KQuantMatricesTakeToysKernelBeforeAmx) {
+    if (!ggml_cpu_has_amx_int8()) GTEST_SKIP() << "this CPU has no AMX-INT8";
+    auto m = Model::load(test::fixture_path("llama-256.q4_k_m.gguf"));
+    int k_quants = 0;
+    for (const ggml_tensor *t : m->bound_tensors()) {
+        const bool k_quant = t->type == GGML_TYPE_Q4_K || t->type == GGML_TYPE_Q6_K;
+        if (!k_quant || !t->buffer || !graph::packed_matmul_supports(t->type, t->ne, ggml_n_dims(t))) continue;
+        const std::string buffer = ggml_backend_buffer_name(t->buffer);
+        EXPECT_NE(buffer, "AMX") << ggml_get_name(t);
+        if (buffer == "TOY_PACKED") ++k_quants;
+    }
+    EXPECT_GT(k_quants, 0);
+}
+
 // A tied output projection gets its own copy in a faster kernel's layout
 // where one exists, while the embedding lookup keeps the mapped tensor; the
 // model still reads back and behaves as tied.

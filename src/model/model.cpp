@@ -336,13 +336,21 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         return opts.repack && e.role == TensorRole::Linear && !device_of(e) &&
                graph::packed_matmul_supports(e.type, e.ne.data(), (int)e.ne.size());
     };
-    // An extra buffer type goes first (AMX is faster than toy's kernel),
-    // except ggml's generic CPU repack, whose x86 kernels for the types toy
-    // packs (Q4_K) are 256-bit: toy's 512-bit kernel takes those.
+    // An extra buffer type goes first (ggml's AMX is faster than toy's
+    // kernel for Q8_0 prompts), except where toy's kernel takes the matrix
+    // and is the faster: ggml's generic CPU repack (its x86 kernels for the
+    // types toy packs, Q4_K, are 256-bit), and AMX for the K-quants, whose
+    // AMX decoding ran at half the speed of toy's (Llama-3.2-1B Q4_K_M tg64
+    // 10.6-11.4 vs 19.7-26.4 t/s on a Sapphire-Rapids-class Xeon, BENCHMARKS.md).
+    auto toy_kernel_first = [&](ggml_backend_buffer_type_t b, const Entry &e) {
+        const char *name = ggml_backend_buft_name(b);
+        const bool k_quant = e.type == GGML_TYPE_Q4_K || e.type == GGML_TYPE_Q6_K;
+        return packed_for(e) && (std::strcmp(name, "CPU_REPACK") == 0 || (std::strcmp(name, "AMX") == 0 && k_quant));
+    };
     auto extra_for = [&](const Entry &e) -> ggml_backend_buffer_type_t {
         if ((e.role != TensorRole::Linear && e.role != TensorRole::Experts) || device_of(e)) return nullptr;
         for (auto *b : extra_bufts) {
-            if (std::strcmp(ggml_backend_buft_name(b), "CPU_REPACK") == 0 && packed_for(e)) continue;
+            if (toy_kernel_first(b, e)) continue;
             if (buft_supports_matmul(b, e.type, e.ne.data(), (int)e.ne.size())) return b;
         }
         return nullptr;
