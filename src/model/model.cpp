@@ -341,7 +341,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // and is the faster: ggml's generic CPU repack (its x86 kernels for the
     // types toy packs, Q4_K, are 256-bit), and AMX for the K-quants, whose
     // AMX decoding ran at half the speed of toy's (Llama-3.2-1B Q4_K_M tg64
-    // 10.6-11.4 vs 19.7-26.4 t/s on a Sapphire-Rapids-class Xeon, BENCHMARKS.md).
+    // 10.6-14.7 vs 19.7-26.4 t/s on a Sapphire-Rapids-class Xeon, BENCHMARKS.md).
     auto toy_kernel_first = [&](ggml_backend_buffer_type_t b, const Entry &e) {
         const char *name = ggml_backend_buft_name(b);
         const bool k_quant = e.type == GGML_TYPE_Q4_K || e.type == GGML_TYPE_Q6_K;
