@@ -91,6 +91,9 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 // registers; the bodies are inlined (TOY_INLINE: GCC 12 otherwise kept
 // q6_k_tile<2>'s as calls).
 #define TOY_INLINE __attribute__((always_inline))
+// A loop over a register array unrolled first, so GCC keeps the array in
+// registers (f16_tile<2> and <3> stored their sums every input without it).
+#define TOY_UNROLL _Pragma("GCC unroll 32")
 template <int C, typename F>
 TOY_INLINE inline void halves_by_block(int64_t nb, F &&body) {
     constexpr std::integral_constant<int, 0> h0;
@@ -185,10 +188,13 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
         }
     } else {
         __m256 acc[C][2][2];
+        TOY_UNROLL
         for (int c = 0; c < C; ++c)
+            TOY_UNROLL
             for (int h = 0; h < 2; ++h) acc[c][h][0] = acc[c][h][1] = _mm256_setzero_ps();
         const auto step = [&](int64_t k, int p) TOY_INLINE {
             const __m256 w0 = _mm256_cvtph_ps(load128(w + 32 * k)), w1 = _mm256_cvtph_ps(load128(w + 32 * k + 16));
+            TOY_UNROLL
             for (int c = 0; c < C; ++c) {
                 const __m256 xv = _mm256_set1_ps(xc[c][k]);
                 acc[c][0][p] = _mm256_fmadd_ps(w0, xv, acc[c][0][p]);
@@ -202,7 +208,9 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
             step(k + 1, 1);
         }
         if (k < n_in) step(k, 0);
+        TOY_UNROLL
         for (int c = 0; c < C; ++c)
+            TOY_UNROLL
             for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_add_ps(acc[c][h][0], acc[c][h][1]));
     }
 }
@@ -370,6 +378,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 
 #undef TOY_SPLIT_COLUMNS
 #undef TOY_INLINE
+#undef TOY_UNROLL
 
 constexpr TileFn kQ8Tiles[9] = TOY_TILE_TABLE(q8_0_tile), kF16Tiles[9] = TOY_TILE_TABLE(f16_tile),
                  kQ4KTiles[9] = TOY_TILE_TABLE(q4_k_tile), kQ6KTiles[9] = TOY_TILE_TABLE(q6_k_tile),
