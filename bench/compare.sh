@@ -57,6 +57,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
   : "${PP:=128}" "${TG:=32}" "${REPS:=2}" "${ROUNDS:=1}"
@@ -144,10 +145,8 @@ fi
 if [[ " $LLAMA " == *" fixed "* ]] &&
    { [ ! -x "$FIXED_DIR/build/bin/llama-bench" ] || { [ "$ONESHOTS" != 0 ] && [ ! -x "$FIXED_DIR/build/bin/llama-completion" ]; }; }; then
   log "building llama.cpp with the AMX compiler fix into $FIXED_DIR (about 10 minutes)"
-  cmake -S "$REF_DIR/llama.cpp" -B "$FIXED_DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-    -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF \
-    -DCMAKE_CXX_FLAGS="-include $ROOT/cmake/amx_tile_config.h" >&2
+  llama_fixed_options "$ROOT"
+  cmake -S "$REF_DIR/llama.cpp" -B "$FIXED_DIR/build" "${LLAMA_FIXED_OPTIONS[@]}" >&2
   cmake --build "$FIXED_DIR/build" --target llama-bench llama-completion -j"$(nproc)" >&2
 fi
 # llama_cmd CFG TOOL: the command line prefix that runs TOOL of build CFG

@@ -17,6 +17,7 @@
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: bench/cross-build.sh MARCH OUT_DIR [IK_SRC]" >&2; exit 1; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 MARCH=$1
 mkdir -p "$2"
 OUT=$(cd "$2" && pwd)
@@ -50,10 +51,8 @@ configure -S "$ROOT" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$CC" -DCMAKE
 build "$OUT/toy-build" toy
 cp "$OUT/toy-build/toy" "$OUT/toy"
 echo "cross-build: llama.cpp (AMX fix) for $MARCH" >&2
-configure -S "$LLAMA_SRC" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DCMAKE_C_COMPILER="$CC" \
-  -DCMAKE_CXX_COMPILER="$CXX" -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
-  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
-  -DCMAKE_CXX_FLAGS="-include $ROOT/cmake/amx_tile_config.h" -B "$OUT/fixed/build"
+llama_fixed_options "$ROOT"
+configure -S "$LLAMA_SRC" "${LLAMA_FIXED_OPTIONS[@]}" -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" -B "$OUT/fixed/build"
 build "$OUT/fixed/build" llama-bench
 if [ -d "$IK_SRC" ]; then
   echo "cross-build: ik_llama.cpp for $MARCH" >&2
