@@ -230,3 +230,33 @@ TEST(Grammar, DeeplyNestedGroupsAreAnErrorNotAStackOverflow) {
     const std::string ok = "root ::= " + std::string(50, '(') + "\"a\"" + std::string(50, ')');
     EXPECT_TRUE(Grammar::parse(ok)->matches("a"));
 }
+
+TEST(Grammar, AnAmbiguousGrammarIsRefusedBeforeItsReadingsExplode) {
+    // each letter may be any of three optional ones or open another `root`:
+    // the readings double with every letter, and were all kept (a fuzzer's
+    // grammar held a server slot for minutes and gigabytes)
+    auto g = Grammar::parse(R"(root ::= [a-z] root? [a-z]? root? [a-z]?)");
+    const std::string ok(6, 'a'), long_text(20, 'a');
+    EXPECT_TRUE(g->matches(ok));
+    const std::string err = test::error_of([&] { g->matches(long_text); });
+    EXPECT_NE(err.find("grammar: the output so far can be read in more than 4096 ways"), std::string::npos) << err;
+    GrammarState st(g);
+    ASSERT_TRUE(st.accept_text(ok));
+    EXPECT_EQ(test::error_of([&] { st.accept_text(long_text); }), err);
+    EXPECT_TRUE(st.accept_text("aa")) << "a refused text leaves the state as it was";
+    // the fuzzer's input: refused within a step, not after minutes
+    auto found = Grammar::parse("root ::= \"a\"{0,5} [^\\n]root? x{0,5} [^\\n]root? x*\n"
+                                "x ::= [\\u00e9z\\U0001F600] | \"\\x41  |\"\n");
+    EXPECT_NE(test::error_of([&] { found->matches(std::string(60, 'a')); }).find("more than 4096 ways"), std::string::npos);
+    // the same through the token walk the sampler uses
+    VocabFile v(test::shared_path("models/vocab/ggml-vocab-gpt-2.gguf"));
+    GrammarState walk(found);
+    std::vector<uint8_t> allowed;
+    const std::string walk_err = test::error_of([&] {
+        for (int i = 0; i < 60; ++i) {
+            walk.allowed_tokens(v.vocab, allowed);
+            walk.accept(v.vocab, v.vocab.tokenize("a", false).at(0));
+        }
+    });
+    EXPECT_NE(walk_err.find("more than 4096 ways"), std::string::npos) << walk_err;
+}

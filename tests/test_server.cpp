@@ -360,6 +360,14 @@ TEST(Server, ResponseFormatGrammarAndJsonSchemaConstrainTheReply) {
         EXPECT_EQ(status, 400) << body;
         EXPECT_NE(r["error"]["message"].get<std::string>().find(message), std::string::npos) << r.dump();
     }
+    // a grammar whose readings explode is found out while generating: the
+    // request ends with the error within a few tokens, the slot is free again
+    r = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 200, "seed": 2, "grammar": "root ::= [^\\n] root? [^\\n]? root? [^\\n]?"})",
+             &status);
+    EXPECT_EQ(status, 500) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find("can be read in more than 4096 ways"), std::string::npos) << r.dump();
+    r = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 5, "seed": 2})", &status);
+    EXPECT_EQ(status, 200) << r.dump();
 }
 
 namespace {

@@ -491,6 +491,11 @@ struct GrammarState::Cache {
     int32_t empty = 0;                             // the set with no stacks: nothing can follow
 
     static constexpr size_t kMaxNodes = 1u << 21;  // start afresh beyond this (a long, varied output)
+    // An ambiguous grammar can read one text in a number of ways that grows
+    // exponentially with its length (`root ::= [a-z] root? [a-z]? root? [a-z]?`
+    // doubles them with every letter); each way is a stack, and every step
+    // walks them all. JSON-schema grammars stay below a few hundred.
+    static constexpr size_t kMaxStacks = 4096;
 
     int32_t node(uint32_t pos, int32_t parent) {
         if (g.elements()[pos].kind == Kind::End) return parent;
@@ -522,6 +527,11 @@ struct GrammarState::Cache {
     int32_t intern(std::vector<int32_t> stacks) {
         std::sort(stacks.begin(), stacks.end());
         stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+        if (stacks.size() > kMaxStacks) {
+            fail("grammar: the output so far can be read in more than {} ways (the grammar is ambiguous: its rules "
+                 "can match the same text in many ways); write it so that each text has one reading",
+                 kMaxStacks);
+        }
         auto [it, added] = set_ids.emplace(stacks, (int32_t)sets.size());
         if (added) sets.push_back(std::move(stacks));
         return it->second;
