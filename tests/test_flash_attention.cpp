@@ -4,8 +4,9 @@
 // tiles, query counts that are not a multiple of its units, causal,
 // two-sequence and fully masked rows, strided views as the KV cache gives
 // them; prompts (16 queries or more, K converted into tiles first) and
-// decoding (fewer, the cache read as it is); with the AVX-512 set (16-cell
-// tiles, 16-query units) and the AVX2 set (8 and 8).
+// decoding (fewer, the cache read as it is in runs of cells, merged at the
+// end); with the AVX-512 set (16-cell tiles, 16-query units) and the AVX2 set
+// (8 and 8).
 #include "graph/flash_attention.h"
 #include "kernel_set_scope.h"
 
@@ -61,6 +62,10 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         {64, 64, 9, 3, 3, 53, GGML_TYPE_F32},
         {128, 128, 4, 1, 15, 40, GGML_TYPE_F16},
         {32, 80, 6, 2, 7, 9, GGML_TYPE_F16},       // fewer cells than a tile
+        // decoding a longer cache: several runs of cells, merged
+        {64, 64, 9, 3, 1, 700, GGML_TYPE_F16},
+        {128, 128, 8, 2, 4, 1030, GGML_TYPE_F32},
+        {32, 80, 6, 2, 7, 1100, GGML_TYPE_F16},    // whole runs hidden from some queries, one query sees nothing
     };
     for (const Case &c : cases) {
         SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} {}", c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv,

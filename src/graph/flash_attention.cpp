@@ -13,6 +13,7 @@
 #include <deque>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -23,6 +24,9 @@ namespace {
 
 constexpr int64_t kMaxHead = 256;
 constexpr int64_t kPromptRows = 16;  // from this many queries on, K is converted into tiles first
+// Decoding splits the cells into runs of this many, each run's K and V read
+// once for all the query heads that share them.
+constexpr int64_t kRunCells = 256;
 
 // The scale of an attention op, where its kernel finds it (userdata): one
 // slot per distinct value, kept for the process (a model has one or two).
@@ -55,6 +59,17 @@ const float *scale_slot(float scale) {
     p = fma(p, r, set1(5.0000001201e-1f));                                                     \
     p = fma(p, mul(r, r), add(r, set1(1.0f)));
 
+TOY_TARGET_BEGIN("avx2,fma,f16c")
+// The sums of eight vectors, lane j the sum of a[j]: pairwise horizontal adds,
+// then the two 128-bit halves.
+inline __m256 sum_each8(const __m256 *a) {
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+TOY_TARGET_END
+
 TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 // 16 lanes: a tile of 16 cells, units of 16 queries (16 score registers of 32)
 struct Avx512 {
@@ -76,6 +91,19 @@ struct Avx512 {
         return _mm512_mask_blend_ps(m, set1(-INFINITY), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)));
     }
     static bool any_above_neg_inf(V v) { return _mm512_cmp_ps_mask(v, set1(-INFINITY), _CMP_NEQ_OQ) != 0; }
+    static V max(V a, V b) { return _mm512_max_ps(a, b); }
+    // x where the mask m lets a cell through, -inf where it hides it (whatever x is there)
+    static V hide(V x, V m) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m, set1(-INFINITY), _CMP_EQ_OQ), x, set1(-INFINITY)); }
+    // the sums of a[0..15], lane j the sum of a[j]
+    static V sum_each(const V *a) {
+        __m256 lo[8], hi[8];
+        for (int j = 0; j < 8; ++j) {
+            lo[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j]), 1)));
+            hi[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j + 8]),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j + 8]), 1)));
+        }
+        return _mm512_insertf32x8(_mm512_castps256_ps512(sum_each8(lo)), sum_each8(hi), 1);
+    }
     // e^x; exactly 0 below -110 (far under the smallest denormal), so a masked score weighs nothing
     static V exp(V x) {
         x = _mm512_max_ps(x, set1(-110.0f));
@@ -116,6 +144,9 @@ struct Avx2 {
         return halves(h);
     }
     static bool any_above_neg_inf(V v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, set1(-INFINITY), _CMP_NEQ_OQ)) != 0; }
+    static V max(V a, V b) { return _mm256_max_ps(a, b); }
+    static V hide(V x, V m) { return _mm256_blendv_ps(x, set1(-INFINITY), _mm256_cmp_ps(m, set1(-INFINITY), _CMP_EQ_OQ)); }
+    static V sum_each(const V *a) { return sum_each8(a); }
     // e^x; 0 below -87.3, where e^x leaves the normal floats
     static V exp(V x) {
         const V tiny = _mm256_cmp_ps(x, set1(-87.3f), _CMP_LT_OQ);
@@ -230,10 +261,14 @@ ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, 
 #if defined(__x86_64__)
     const int64_t lanes = kernel_lanes(), n_tiles = (k->ne[1] + lanes - 1) / lanes;
     float *scale_data = const_cast<float *>(scale_slot(scale));
-    if (q->ne[1] < kPromptRows) {  // decoding: the cache as it is
+    if (q->ne[1] < kPromptRows) {  // decoding: the cache as it is, in runs of cells, then merged
         ggml_tensor *args[] = {q, k, v, mask};
-        return ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0], q->ne[2], q->ne[1], 1, args, 4,
-                              lanes == 16 ? decode_kernel_avx512 : decode_kernel_avx2, GGML_N_TASKS_MAX, scale_data);
+        const int64_t runs = (k->ne[1] + kRunCells - 1) / kRunCells;
+        ggml_tensor *part = ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0] + 2, q->ne[2], q->ne[1], runs, args, 4,
+                                           lanes == 16 ? decode_kernel_avx512 : decode_kernel_avx2, GGML_N_TASKS_MAX, scale_data);
+        ggml_tensor *merge_args[] = {part};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0], q->ne[2], q->ne[1], 1, merge_args, 1,
+                              lanes == 16 ? avx512::decode_merge : avx2::decode_merge, GGML_N_TASKS_MAX, nullptr);
     }
     ggml_tensor *k_args[] = {k};
     ggml_tensor *kt =
