@@ -26,7 +26,7 @@ constexpr int64_t kMaxHead = 256;
 constexpr int64_t kPromptRows = 16;  // from this many queries on, K is converted into tiles first
 // Decoding splits the cells into runs of this many, each run's K and V read
 // once for all the query heads that share them.
-constexpr int64_t kRunCells = 256;
+constexpr int64_t kRunCells = 256, kMinUnits = 16;
 
 // The scale of an attention op, where its kernel finds it (userdata): one
 // slot per distinct value, kept for the process (a model has one or two).
@@ -263,7 +263,11 @@ ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, 
     float *scale_data = const_cast<float *>(scale_slot(scale));
     if (q->ne[1] < kPromptRows) {  // decoding: the cache as it is, in runs of cells, then merged
         ggml_tensor *args[] = {q, k, v, mask};
-        const int64_t runs = (k->ne[1] + kRunCells - 1) / kRunCells;
+        // runs of at most kRunCells, and enough of them for kMinUnits units
+        // (but not shorter than 16 cells)
+        const int64_t n_kv = k->ne[1];
+        const int64_t runs = std::max((n_kv + kRunCells - 1) / kRunCells,
+                                      std::min((kMinUnits + k->ne[2] - 1) / k->ne[2], (n_kv + 15) / 16));
         ggml_tensor *part = ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0] + 2, q->ne[2], q->ne[1], runs, args, 4,
                                            lanes == 16 ? decode_kernel_avx512 : decode_kernel_avx2, GGML_N_TASKS_MAX, scale_data);
         ggml_tensor *merge_args[] = {part};
