@@ -8,6 +8,9 @@
 #
 # Environment (defaults in brackets):
 #   THREADS [nproc]  PP [512]  TG [128]  REPS [5]  ROUNDS [2]  QUICK [0]
+#   DEPTH [0]: tokens already in the cache when each test starts (toy bench and
+#     llama-bench -d; ik_llama.cpp's llama-bench has no -d: it runs `-gp DEPTH,TG`,
+#     decoding only, so its prompt rows are n/a)
 #   MODELS ["smollm2-135m:f16 smollm2-135m:q8_0 qwen2.5-0.5b:q8_0 llama-3.2-1b:q4_k_m"]
 #   BUILD_DIR [<repo>/build]   MODEL_DIR [~/.cache/toy/bench-models]
 #   REF_DIR [~/.cache/toy-reference]   RESULTS_DIR [a new temporary directory]
@@ -65,6 +68,7 @@ fi
 THREADS=${THREADS:-$(nproc)}
 PP=${PP:-512}
 TG=${TG:-128}
+DEPTH=${DEPTH:-0}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-2}
 NGL=${NGL:-}
@@ -179,28 +183,31 @@ fi
   echo "date: $(date -u +%FT%TZ)"
   echo "cpu: $CPU_NAME, $(nproc) cpus, AMX: $CPU_AMX, flags: $CPU_FLAGS"
   [ -n "$GPU_NAME" ] && echo "gpu: $GPU_NAME"
-  echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" NGL=\"$NGL\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
+  echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" NGL=\"$NGL\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
   echo "toy: $("$TOY" --version)"
   echo "load average at start: $(cat /proc/loadavg)"
 } > "$RESULTS_DIR/settings.txt"
 
 # ---- runs ----
+DEPTH_ARGS=()
+[ "$DEPTH" != 0 ] && DEPTH_ARGS=(-d "$DEPTH")
 run_toy_bench() {  # model out
   local extra=()
   [ "$ROOFLINE" = 1 ] && extra+=(--roofline)
-  "$TOY" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" --json "${extra[@]}" "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
-    { log "toy bench failed on $1 (see $2.log)"; rm -f "$2"; }
+  "$TOY" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" "${DEPTH_ARGS[@]}" -r "$REPS" --json "${extra[@]}" "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" \
+    > "$2" 2> "$2.log" || { log "toy bench failed on $1 (see $2.log)"; rm -f "$2"; }
 }
 run_llama_bench() {  # cfg model out
-  local cmd
+  local cmd tests=(-p "$PP" -n "$TG" "${DEPTH_ARGS[@]}")
   read -r -a cmd <<< "$(llama_cmd "$1" llama-bench)"
-  "${cmd[@]}" -m "$2" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" "${OFFLOAD[@]}" -o json > "$3" 2> "$3.log" && return
+  [[ $1 == ik* && $DEPTH != 0 ]] && tests=(-p 0 -n 0 -gp "$DEPTH,$TG")
+  "${cmd[@]}" -m "$2" -t "$THREADS" "${tests[@]}" -r "$REPS" "${OFFLOAD[@]}" -o json > "$3" 2> "$3.log" && return
   log "llama-bench ($1) failed on $2 (see $3.log)"
   rm -f "$3"
   # the reference build as it is crashes on quantized prompts on AMX CPUs; keep at least tg
   if [ "$PP" != 0 ] && [ "$TG" != 0 ]; then
     log "retrying llama-bench ($1) on $2 with -p 0 (tg only)"
-    "${cmd[@]}" -m "$2" -t "$THREADS" -p 0 -n "$TG" -r "$REPS" "${OFFLOAD[@]}" -o json > "$3" 2>> "$3.log" ||
+    "${cmd[@]}" -m "$2" -t "$THREADS" -p 0 -n "$TG" "${DEPTH_ARGS[@]}" -r "$REPS" "${OFFLOAD[@]}" -o json > "$3" 2>> "$3.log" ||
       { log "llama-bench ($1) -p 0 failed on $2 too"; rm -f "$3"; }
   fi
 }
@@ -268,12 +275,16 @@ def pooled(tag, tool):
     out, roof = {}, {}
     for path in sorted(glob.glob(f"{res_dir}/{tag}.{tool}.*.json")):
         for t in load_json(path) or []:
-            if t.get("n_gen", 0) == 0:
+            if "@pp" in t.get("test", ""):  # ik_llama.cpp's -gp: decoding after n_prompt tokens
+                name = f"tg{t['n_gen']} @ d{t['n_prompt']}"
+            elif t.get("n_gen", 0) == 0:
                 name = f"pp{t['n_prompt']}"
             elif t.get("n_prompt", 0) == 0:
                 name = f"tg{t['n_gen']}"
             else:
                 name = f"pp{t['n_prompt']}+tg{t['n_gen']}"
+            if t.get("n_depth", 0) and "@" not in name:
+                name += f" @ d{t['n_depth']}"
             out.setdefault(name, []).extend(t.get("samples_ts", []))
             if "ceiling_ts" in t:
                 r = roof.setdefault(name, {"bw": 0.0, "bytes": t["bytes_per_token"]})
@@ -369,4 +380,4 @@ if roof_lines:
         row(l)
 PY
 echo
-echo "settings: THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" NGL=\"$NGL\"; raw results in $RESULTS_DIR"
+echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" NGL=\"$NGL\"; raw results in $RESULTS_DIR"
