@@ -370,4 +370,8 @@ TEST(Cli, GrammarAndJsonSchemaFlagsConstrainRunAndChat) {
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi -j '{\"not\": {}}'"), "--json-schema: json schema: unsupported keyword 'not'");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --grammar-file /nonexistent.gbnf"), "--grammar-file: cannot read '/nonexistent.gbnf'");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --grammar 'root ::= \"a\"' -j '{}'"), "give only one of --grammar");
+    // a grammar too ambiguous to follow stops generation with its one line, after the text's own
+    const Result ambiguous = run_toy("run -m " + kStories + " -p Once -n 100 -s 2 --grammar 'root ::= [^\\n] root? [^\\n]? root? [^\\n]?'");
+    expect_one_line_error(ambiguous, "can be read in more than 4096 ways");
+    EXPECT_TRUE(ambiguous.out.find("Once") != std::string::npos && ambiguous.out.ends_with("\n")) << ambiguous.out;
 }
