@@ -7,7 +7,8 @@
 // op), V once (ggml's cast), and the attention op then runs 16 queries
 // against 16 cells at a time (AVX2: 8 against 8): the scores in 16 (8)
 // registers, an online softmax per row (flash attention's running maximum
-// and sum), the weighted V rows added four queries at a time. Fully masked
+// and sum) over 64 cells (several tiles) per step, the weighted V rows added
+// four queries at a time. Fully masked
 // tiles (past the causal diagonal, other sequences) are skipped. Same
 // arithmetic as ggml's tiled kernel (F32 products, F32 accumulation), in
 // another order.
