@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace toy::cli {
@@ -38,5 +39,12 @@ std::vector<Registered> &registry();
 void add_sampling_flags(CLI::App &app, toy::text::SamplerParams &s);
 // -l / --logit-bias's TOKEN+BIAS or TOKEN-BIAS (BIAS may be inf); throws toy::Error.
 std::pair<int32_t, float> parse_logit_bias(const std::string &v);
+
+// Generated text to stdout as it comes (flushed). An error raised while text
+// streams (an ambiguous grammar, a failed device) is printed by main, which
+// first calls end_text_line: a newline when the text stopped mid-line, so
+// that the error's one line stands alone.
+void print_text(std::string_view s);
+void end_text_line();
 
 }  // namespace toy::cli

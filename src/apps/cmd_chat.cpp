@@ -115,10 +115,7 @@ ReadResult read_line(std::string &line) {
     return ReadResult::Line;
 }
 
-void out(const std::string &s) {
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
-}
+void out(const std::string &s) { print_text(s); }
 
 int run_chat(const ChatOptions &o) {
     if (o.n_predict < -1) fail("-n: expected -1 (until end of turn) or a count >= 0, found {}", o.n_predict);

@@ -15,7 +15,6 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
-#include <exception>
 #include <iostream>
 #include <memory>
 
@@ -117,25 +116,9 @@ int run_generate(const RunOptions &o) {
     text::Sampler sampler(vocab ? text::with_dry_breakers(o.sampling, *vocab) : o.sampling);
     for (int32_t t : prompt) sampler.accept(t);
     std::string all_text;
-    // an error while generating (an ambiguous grammar, a failed device) ends
-    // the text's line first, so that its one line stands on its own
-    struct EndLineOnError {
-        const std::string &text;
-        bool shown;
-        int unwinding = std::uncaught_exceptions();
-        ~EndLineOnError() {
-            if (shown && std::uncaught_exceptions() > unwinding && !text.empty() && text.back() != '\n') {
-                std::fputc('\n', stdout);
-                std::fflush(stdout);
-            }
-        }
-    } end_line{all_text, !o.json};
     auto show = [&](const std::string &piece) {
         all_text += piece;
-        if (!o.json) {
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
-            std::fflush(stdout);
-        }
+        if (!o.json) print_text(piece);
     };
     if (!as_ids) {
         // echo the prompt, as llama.cpp's completion tool does

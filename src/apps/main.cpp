@@ -45,6 +45,7 @@ void on_ggml_abort(const char *message) {
     std::replace(m.begin(), m.end(), '\n', ' ');
     while (!m.empty() && m.back() == ' ') m.pop_back();
     if (const std::string before = toy::take_held_ggml_error(); !before.empty()) m += "; before it: " + before;
+    toy::cli::end_text_line();
     std::fflush(stdout);
     std::fprintf(stderr, "toy: error: ggml: %s\n", m.c_str());
     std::_Exit(1);
@@ -156,13 +157,16 @@ int main(int argc, char **argv) {
             if (sub->parsed()) return handler();
         }
     } catch (const toy::Error &e) {
+        toy::cli::end_text_line();
         std::fprintf(stderr, "toy: error: %s\n", e.what());
         return 1;
     } catch (const std::bad_alloc &) {
+        toy::cli::end_text_line();
         std::fprintf(stderr, "toy: error: out of memory\n");
         return 1;
     } catch (const std::exception &e) {
         // not a toy::Error: a bug, but still one line and a clean exit
+        toy::cli::end_text_line();
         std::fprintf(stderr, "toy: error: internal: %s\n", e.what());
         return 1;
     }
