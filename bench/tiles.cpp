@@ -9,20 +9,29 @@
 //              many MiB in all, so the weights stream from memory; 0: one
 //              copy, hot in cache after the first pass               [64]
 //
+//   toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB]
+//     decoding attention (one query, flash attention on an F16 cache of
+//     CELLS cells, N_HEAD_KV KV heads of HEAD values, GROUP query heads per
+//     KV head), as many layers as fill MIB, on THREADS threads [1]: GB/s of
+//     cache read.
+//
 // Prints the best of 30 passes as GB/s of weights read; compare with what one
 // core streams, `toy bench --roofline -t 1`. The weights are advised into huge
 // pages, as toy's copies are where --hugepages lets them. The kernel set is
 // the one toy would run on this CPU (TOY_PACKED_KERNELS=avx2 picks the AVX2
 // set on an AVX-512 CPU).
 #include "core/memory.h"
+#include "graph/flash_attention.h"
 #include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
 
+#include <ggml-cpu.h>
 #include <ggml.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -37,7 +46,8 @@ using namespace toy::graph;
 using namespace toy::graph::packed;
 
 [[noreturn]] void usage(const char *why) {
-    std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q4_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB]\n", why);
+    std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q4_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB]\n"
+                 "       toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB]\n", why);
     std::exit(1);
 }
 
@@ -68,9 +78,49 @@ const KernelSet *kernel_set() {
     return nullptr;
 }
 
+// Decoding attention over `layers` caches of CELLS cells, every cell seen.
+int attention(int argc, char **argv) {
+    if (argc < 6) usage("attn: expected CELLS N_HEAD_KV GROUP HEAD");
+    const int64_t cells = number(argv[2], "CELLS"), n_head_kv = number(argv[3], "N_HEAD_KV"),
+                  group = number(argv[4], "GROUP"), head = number(argv[5], "HEAD");
+    const int threads = argc > 6 ? (int)number(argv[6], "THREADS") : 1;
+    const size_t mib = argc > 7 ? (size_t)number(argv[7], "MIB") : 256;
+    if (cells < 1 || n_head_kv < 1 || group < 1 || head < 16 || head % 16 || threads < 1) usage("attn: bad shape");
+    const size_t layer_bytes = 2 * cells * n_head_kv * head * sizeof(ggml_fp16_t);
+    const int64_t layers = std::max<int64_t>(1, (int64_t)(((mib << 20) + layer_bytes - 1) / layer_bytes));
+    ggml_init_params params{layers * (layer_bytes + 64 * 1024) + (64 << 20), nullptr, false};
+    ggml_context *ctx = ggml_init(params);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    ggml_tensor *q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, head, 1, n_head_kv * group);
+    for (int64_t i = 0; i < ggml_nelements(q); ++i) static_cast<float *>(q->data)[i] = normal(rng);
+    ggml_tensor *mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, cells, 1);
+    for (int64_t i = 0; i < cells; ++i) static_cast<ggml_fp16_t *>(mask->data)[i] = ggml_fp32_to_fp16(0.0f);
+    ggml_cgraph *graph = ggml_new_graph_custom(ctx, 16 * layers + 64, false);
+    for (int64_t l = 0; l < layers; ++l) {
+        ggml_tensor *kv[2];
+        for (ggml_tensor *&t : kv) {
+            ggml_tensor *cache = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, head * n_head_kv, cells);
+            for (int64_t i = 0; i < ggml_nelements(cache); ++i) static_cast<ggml_fp16_t *>(cache->data)[i] = ggml_fp32_to_fp16(normal(rng));
+            t = ggml_view_3d(ctx, cache, head, cells, n_head_kv, cache->nb[1], head * sizeof(ggml_fp16_t), 0);
+        }
+        if (!host_flash_attn_applies(q, kv[0], kv[1], mask, 0.0f)) usage("attn: toy's kernel does not take this shape on this CPU");
+        ggml_build_forward_expand(graph, host_flash_attn(ctx, q, kv[0], kv[1], mask, 1.0f / std::sqrt((float)head)));
+    }
+    const double s = best_seconds([&] { ggml_graph_compute_with_ctx(ctx, graph, threads); });
+    std::printf("attention, %lld cells x %lld KV heads x %lld dims, %lld query heads, %lld layers (%.1f MiB), %d thread%s: "
+                "%.1f us per layer, %.2f GB/s of cache\n",
+                (long long)cells, (long long)n_head_kv, (long long)head, (long long)(n_head_kv * group), (long long)layers,
+                layer_bytes * layers / 1048576.0, threads, threads == 1 ? "" : "s", s / layers * 1e6,
+                layer_bytes * layers / s / 1e9);
+    ggml_free(ctx);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
+    if (argc > 1 && std::string_view(argv[1]) == "attn") return attention(argc, argv);
     if (argc < 4) usage("expected TYPE N_IN N_OUT");
     const std::string type_name = argv[1];
     const ggml_type type = type_name == "q8_0"   ? GGML_TYPE_Q8_0
