@@ -12,8 +12,9 @@
 # fuzz_train_data fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema
 # fuzz_request fuzz_convert (a name without the fuzz_ prefix works too).
 #
-# In build-fuzz/: corpus/<target> (kept between runs, grows), seeds/<target>
-# (rebuilt each time from the fixtures, fuzz/seeds and the llama.cpp bundle),
+# In build-fuzz/: corpus/<target> (kept between runs, grows), seeds/<pid>/<target>
+# (made by each run from the fixtures, fuzz/seeds and the llama.cpp bundle,
+# removed at its end, so runs of different targets can go side by side),
 # crashes/<target>/ (reproducers: crash-*, leak-*, timeout-*, oom-*),
 # logs/<target>.log. Reproduce a finding with
 #   build-fuzz/<target> build-fuzz/crashes/<target>/crash-...
@@ -63,6 +64,10 @@ fi
 scripts/install-deps.sh
 
 # ---- build ----
+# (runs started together take turns: one build directory)
+mkdir -p "$BUILD"
+exec 9>"$BUILD/.build.lock"
+flock 9
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -70,11 +75,13 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
 fi
 cmake --build "$BUILD" -j "$(nproc)" --target make_seeds "${TARGETS[@]}" >"$BUILD/build.log" 2>&1 \
   || { tail -n 30 "$BUILD/build.log" >&2; echo "fuzz: build failed (log: $BUILD/build.log)" >&2; exit 1; }
+flock -u 9
 
 # ---- seeds ----
 LLAMA=$(scripts/fetch-ggml.sh)
 SHARED=${TOY_SHARED_DIR:-$ROOT/../shared}
-SEEDS=$BUILD/seeds
+SEEDS=$BUILD/seeds/$$
+trap 'rm -rf "$SEEDS"' EXIT
 rm -rf "$SEEDS" && mkdir -p "$SEEDS"
 "$BUILD/make_seeds" "$SEEDS"  # tiny models, checkpoints, adapters
 for d in fuzz/seeds/*/; do mkdir -p "$SEEDS/$(basename "$d")" && cp "$d"* "$SEEDS/$(basename "$d")/"; done
