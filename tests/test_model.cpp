@@ -97,7 +97,8 @@ TEST(Model, PerHeadCheckpointMissingHeadIsAnError) {
 TEST(Model, NoMmapCopiesAndMatches) {
     const std::string path = test::fixture_path("llama-untied.f32.gguf");
     LoadOptions in_place;
-    in_place.fuse = false;  // fused matrices are copies
+    in_place.fuse = false;               // fused matrices are copies
+    in_place.huge_pages = HugePages::Off;  // with huge pages the matrices are copied onto them
     auto mapped = Model::load(path, in_place);
     LoadOptions o;
     o.use_mmap = false;
@@ -106,6 +107,35 @@ TEST(Model, NoMmapCopiesAndMatches) {
     EXPECT_GE(copied->copied_bytes(), copied->weight_bytes());
     auto tokens = fixture_tokens("llama-untied.f32");
     EXPECT_EQ(batched_logits(*mapped, tokens), batched_logits(*copied, tokens));
+}
+
+// F32 matrices have no other layout: with huge pages on they are copied as
+// they are (decoding streams them from 2 MiB pages), the norms stay mapped;
+// off, or with --no-repack, everything stays mapped. Same logits each way.
+TEST(Model, HugePagesCopyTheMatricesThatWouldStayMapped) {
+    const std::string path = test::fixture_path("llama-untied.f32.gguf");
+    auto load = [&](HugePages hp, bool repack) {
+        LoadOptions o;
+        o.fuse = false;
+        o.huge_pages = hp;
+        o.repack = repack;
+        return Model::load(path, o);
+    };
+    auto on = load(HugePages::On, true), off = load(HugePages::Off, true), no_repack = load(HugePages::On, false);
+    const Weights &w = on->weights();
+    size_t matrices = 0;
+    for (const auto &l : w.layers) {
+        for (const ggml_tensor *t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) matrices += ggml_nbytes(t);
+    }
+    matrices += ggml_nbytes(w.output);
+    EXPECT_GE(on->copied_bytes(), matrices);
+    EXPECT_LT(on->copied_bytes(), on->weight_bytes());  // the norms and the embedding stay mapped
+    EXPECT_EQ(off->copied_bytes(), 0u);
+    EXPECT_EQ(no_repack->copied_bytes(), 0u);
+    auto tokens = fixture_tokens("llama-untied.f32");
+    const auto want = batched_logits(*off, tokens);
+    EXPECT_EQ(batched_logits(*on, tokens), want);
+    EXPECT_EQ(batched_logits(*no_repack, tokens), want);
 }
 
 TEST(Model, RequantizeToQ8) {

@@ -135,8 +135,9 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack / packed Q8_0 copies; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (and gate and up on offload devices): no fusing at load");
     app.add_option("--hugepages", hugepages,
-                   "transparent huge pages for copied weights: on, off, auto (on, unless a VM hands free memory back "
-                   "to its host and a probe finds 2 MiB pages fault in slower than 4 KiB ones)");
+                   "transparent huge pages for copied weights, with the matrices that would stay mapped copied onto them too: "
+                   "on, off, auto (on, unless a VM hands free memory back to its host and a probe finds 2 MiB pages "
+                   "fault in slower than 4 KiB ones)");
     app.add_option("--weight-type", weight_type,
                    "convert F32/F16 linear weights at load: q8_0, or bf16 (faster prompts on AVX512_BF16 CPUs, "
                    "bfloat16 precision)");

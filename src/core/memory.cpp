@@ -42,4 +42,13 @@ size_t peak_rss_bytes() {
     return (size_t)ru.ru_maxrss * 1024;
 }
 
+size_t available_memory_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("MemAvailable:", 0) == 0) return (size_t)std::stoull(line.substr(13)) * 1024;  // "MemAvailable: 1234 kB"
+    }
+    return 0;
+}
+
 }  // namespace toy

@@ -17,4 +17,8 @@ double fault_in_seconds(size_t n, bool huge);
 // The process's peak resident set so far (VmHWM), in bytes.
 size_t peak_rss_bytes();
 
+// Memory the kernel says it could give without swapping (MemAvailable), in
+// bytes; 0 when it does not say.
+size_t available_memory_bytes();
+
 }  // namespace toy

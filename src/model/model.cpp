@@ -2,6 +2,7 @@
 
 #include "core/ggml_log.h"
 #include "core/memory.h"
+#include "core/parallel.h"
 #include "core/progress.h"
 #include "core/remote_wait.h"
 #include "graph/packed_matmul.h"
@@ -378,6 +379,28 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_buffer_type_t buft;
         bool packed;  // in toy's packed layout
     };
+    // Matrices that stay in ggml's layout on the CPU (F16 on AVX2 CPUs, types
+    // no packed or extra kernel takes, a tied embedding that is also the
+    // output projection) are copied too where huge pages are on: mapped,
+    // they sit in the file's 4 KiB pages, and decoding, which streams them
+    // every token, waits at each page (SmolLM2 F16 on Zen 3: tg64 50-58 ->
+    // 55-67 t/s copied, BENCHMARKS.md). Not with --no-repack (everything
+    // stays mapped), nor when the copies would take more than half the
+    // memory available: a mapping runs a model larger than memory, copies
+    // do not.
+    const bool head_reads_embd =
+        tied && std::none_of(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.output; });
+    auto streamed = [&](const Entry &e) {
+        return (e.role == TensorRole::Linear || e.role == TensorRole::Experts || (head_reads_embd && e.slot == &w.tok_embd)) &&
+               !device_of(e) && !extra_for(e) && !packed_for(e) && e.type == e.src.type && e.src.parts.size() == 1;
+    };
+    bool copy_streamed = false;
+    if (opts.use_mmap && opts.repack) {
+        size_t bytes = 0;
+        for (const Entry &e : entries) bytes += streamed(e) ? e.src.part_bytes[0] : 0;
+        const size_t available = available_memory_bytes();
+        copy_streamed = bytes > 0 && available > 0 && bytes <= available / 2 && want_huge_pages(opts.huge_pages);
+    }
     std::vector<Plan> plans;
     for (const Entry &e : entries) {
         ggml_tensor *t = ggml_new_tensor(m->ctx_, e.type, (int)e.ne.size(), e.ne.data());
@@ -386,7 +409,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_dev_t dev = device_of(e);
         ggml_backend_buffer_type_t buft = dev ? ggml_backend_dev_buffer_type(dev) : extra_for(e);
         const bool packed = !buft && packed_for(e);
-        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !buft && !packed && e.src.parts.size() == 1;
+        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !buft && !packed && e.src.parts.size() == 1 &&
+                               !(copy_streamed && streamed(e));
         plans.push_back({t, &e, zero_copy, buft, packed});
         if (packed) w.packed.insert(t);
     }
@@ -490,7 +514,16 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         std::vector<uint8_t> bytes;
         if (!as_is) bytes = convert_source(p.e->src, p.t->type, p.t->ne, ggml_nelements(p.t));
         const void *src = as_is ? p.e->src.parts[0] : bytes.data();
-        if (!p.packed) {
+        if (!p.packed && ggml_backend_buffer_is_host(p.t->buffer)) {
+            // in 4 MiB pieces on every thread (a copy of a mapped file is
+            // mostly page faults, of the mapping and of the fresh memory)
+            constexpr size_t kPiece = size_t(4) << 20;
+            const size_t n = ggml_nbytes(p.t);
+            parallel_for((int64_t)((n + kPiece - 1) / kPiece), 0, [&](int64_t i) {
+                const size_t at = (size_t)i * kPiece;
+                std::memcpy(static_cast<uint8_t *>(p.t->data) + at, static_cast<const uint8_t *>(src) + at, std::min(kPiece, n - at));
+            });
+        } else if (!p.packed) {
             RemoteWait copying("copying the weights");
             ggml_backend_tensor_set(p.t, src, 0, ggml_nbytes(p.t));
         } else {

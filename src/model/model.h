@@ -4,7 +4,10 @@
 // mapping of the file. A tensor is copied into a backend buffer instead when
 // it must be transformed: per-head checkpoints assembled, Q|K|V fused into
 // one matrix, F32/F16 requantized to Q8_0, or rows repacked
-// for a faster CPU kernel; with use_mmap = false, every tensor is copied.
+// for a faster CPU kernel; where huge pages are on (LoadOptions::huge_pages),
+// the other matrices are copied as they are onto them (decoding streams
+// them faster), unless repack is off or they would take more than half the
+// available memory; with use_mmap = false, every tensor is copied.
 // The mapping's pages of copied tensors are released after the copy.
 #pragma once
 
