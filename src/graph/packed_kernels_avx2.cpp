@@ -389,7 +389,9 @@ constexpr TileFn kQ8Tiles[9] = TOY_TILE_TABLE(q8_0_tile), kF16Tiles[9] = TOY_TIL
 const KernelSet *avx2_kernels() {
     // F16 is not packed by default: on the AVX-512 machine running this set
     // (ggml built for AVX2 only, TOY_AVX2_ONLY) SmolLM2 F16 prompts were
-    // 0.81-0.92x ggml's tinyBLAS, generation 1.06-1.19x (BENCHMARKS.md).
+    // 0.81-0.92x ggml's tinyBLAS, generation 1.06-1.19x; on a Zen 3 CPU
+    // prompts 0.75-0.85x, generation about even with ggml's layout copied
+    // onto huge pages, as loading now does (BENCHMARKS.md).
     // Nor is BF16 (not measured against ggml's on an AVX2 CPU); its tiles
     // run matrices the AVX-512 set packed.
     static const KernelSet set{"avx2", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, false, false, prepare};
