@@ -6,6 +6,7 @@
 #include <ggml.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -15,6 +16,45 @@ namespace toy::graph {
 inline std::pair<int64_t, int64_t> thread_share(int64_t n, int ith, int nth) {
     const int64_t per = (n + nth - 1) / nth;
     return {std::min(n, ith * per), std::min(n, (ith + 1) * per)};
+}
+
+// A custom op's n units shared out while it runs, for ops whose threads can
+// fall out of step (a VM's vCPUs, a core that also takes interrupts): each
+// thread first takes a contiguous share of the first three quarters, then
+// claims the rest in chunks from a counter kept in the op's own tensor, so a
+// thread that is held up leaves its part of the rest to the others. Each
+// thread claims its next chunk before it works on the one it has and calls
+// `ahead(begin)` for it, so that the chunk's first bytes can be on their way
+// (a weight stream that starts anew stalls without). `work(begin, end)` gets
+// each range. Every thread of the op must call this once per run (ggml calls
+// a custom op's function on all of its threads, and a graph stops between
+// nodes, never inside one); the last to finish resets the counter for the
+// graph's next run.
+template <typename Work, typename Ahead>
+void share_work(ggml_tensor *dst, int64_t n, int ith, int nth, Work &&work, Ahead &&ahead) {
+    if (nth <= 1) {
+        if (n > 0) work(int64_t{0}, n);
+        return;
+    }
+    const int64_t per = n * 3 / (4 * nth), fixed = per * nth;
+    const int64_t chunk = std::max<int64_t>(1, (n - fixed) / (4 * nth)), chunks = (n - fixed + chunk - 1) / chunk;
+    // op_params' last two words: a custom op's own parameters (function,
+    // task count, user data) take the first 24 of its 64 bytes
+    static_assert(GGML_MAX_OP_PARAMS == 64);
+    std::atomic_ref<int32_t> next(dst->op_params[14]), done(dst->op_params[15]);
+    int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+    if (c < chunks) ahead(fixed + c * chunk);
+    if (per > 0) work(ith * per, (ith + 1) * per);
+    while (c < chunks) {
+        const int64_t begin = fixed + c * chunk;
+        c = next.fetch_add(1, std::memory_order_relaxed);
+        if (c < chunks) ahead(fixed + c * chunk);
+        work(begin, std::min(n, begin + chunk));
+    }
+    if (done.fetch_add(1, std::memory_order_acq_rel) == nth - 1) {
+        next.store(0, std::memory_order_relaxed);
+        done.store(0, std::memory_order_relaxed);
+    }
 }
 
 // x^T of an F32 tensor (any strides), each [ne0, ne1] plane transposed:

@@ -65,6 +65,16 @@ inline void prefetch_block(const uint8_t *w, size_t bytes) {
 #endif
 }
 
+// The first `bytes` at w on their way into L2: the start of a range of
+// groups a thread will take next, which no earlier prefetch asked for.
+inline void prefetch_start(const uint8_t *w, size_t bytes) {
+#if defined(__x86_64__)
+    for (size_t o = 0; o < bytes; o += 64) asm volatile("prefetcht1 %0" : : "m"(w[o]));
+#else
+    (void)w, (void)bytes;
+#endif
+}
+
 // y[c * ldy + r] for a group's 16 rows and `n` (1..max_cols) columns of
 // prepared input: `depth` units (blocks, or inputs for F16) of the group at w.
 using TileFn = void (*)(const uint8_t *w, int64_t depth, const uint8_t *x, size_t x_stride, float *y, int64_t ldy);
