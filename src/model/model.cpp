@@ -383,8 +383,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // no packed or extra kernel takes, a tied embedding that is also the
     // output projection) are copied too where huge pages are on: mapped,
     // they sit in the file's 4 KiB pages, and decoding, which streams them
-    // every token, waits at each page (SmolLM2 F16 on Zen 3: tg64 50-58 ->
-    // 55-67 t/s copied, BENCHMARKS.md). Not with --no-repack (everything
+    // every token, waits at each page (SmolLM2 F16 on Zen 3: tg64 52-57 ->
+    // 63-69 t/s copied, BENCHMARKS.md). Not with --no-repack (everything
     // stays mapped), nor when the copies would take more than half the
     // memory available: a mapping runs a model larger than memory, copies
     // do not.
