@@ -115,8 +115,6 @@ ReadResult read_line(std::string &line) {
     return ReadResult::Line;
 }
 
-void out(const std::string &s) { print_text(s); }
-
 int run_chat(const ChatOptions &o) {
     if (o.n_predict < -1) fail("-n: expected -1 (until end of turn) or a count >= 0, found {}", o.n_predict);
 
@@ -161,18 +159,18 @@ int run_chat(const ChatOptions &o) {
         if (!first.empty()) {
             line = std::move(first);
             first.clear();
-            out("> " + line + "\n");
+            print_text("> " + line + "\n");
         } else {
             g_at_prompt.store(true);
-            out("> ");
+            print_text("> ");
             const ReadResult rr = read_line(line);
             g_at_prompt.store(false);
             if (rr == ReadResult::Interrupted) {
-                out("\n");
+                print_text("\n");
                 return 130;  // the shell's code for "ended by SIGINT"
             }
             if (rr == ReadResult::Eof) {
-                out("\n");
+                print_text("\n");
                 return 0;
             }
             if (line.rfind("//", 0) == 0) {
@@ -247,7 +245,7 @@ int run_chat(const ChatOptions &o) {
         const auto t_gen = Clock::now();
         auto show = [&](const text::Step &st, std::span<const float>) {
             reply += st.text;
-            out(st.text);
+            print_text(st.text);
         };
         auto evaluate = [&](int32_t token) {
             session.eval(std::span<const int32_t>(&token, 1));
@@ -273,7 +271,7 @@ int run_chat(const ChatOptions &o) {
         const bool full = gen.reason() == text::StopReason::Length && limit == room && (o.n_predict < 0 || room < o.n_predict);
         const std::string rest = gen.flush();
         reply += rest;
-        out(rest + "\n");
+        print_text(rest + "\n");
         chat.add_reply(reply);
         replied = true;
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 namespace toy {
 
@@ -31,24 +32,27 @@ double fault_in_seconds(size_t n, bool huge) {
     return s;
 }
 
-size_t peak_rss_bytes() {
-    std::ifstream f("/proc/self/status");
+namespace {
+// A "Key:   1234 kB" line of a /proc file, in bytes; 0 when it has none.
+size_t proc_kib_field(const char *path, std::string_view key) {
+    std::ifstream f(path);
     std::string line;
     while (std::getline(f, line)) {
-        if (line.rfind("VmHWM:", 0) == 0) return (size_t)std::stoull(line.substr(6)) * 1024;  // "VmHWM:  1234 kB"
+        if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 && line[key.size()] == ':') {
+            return (size_t)std::stoull(line.substr(key.size() + 1)) * 1024;
+        }
     }
+    return 0;
+}
+}  // namespace
+
+size_t peak_rss_bytes() {
+    if (const size_t hwm = proc_kib_field("/proc/self/status", "VmHWM")) return hwm;
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     return (size_t)ru.ru_maxrss * 1024;
 }
 
-size_t available_memory_bytes() {
-    std::ifstream f("/proc/meminfo");
-    std::string line;
-    while (std::getline(f, line)) {
-        if (line.rfind("MemAvailable:", 0) == 0) return (size_t)std::stoull(line.substr(13)) * 1024;  // "MemAvailable: 1234 kB"
-    }
-    return 0;
-}
+size_t available_memory_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable"); }
 
 }  // namespace toy

@@ -50,30 +50,36 @@ constexpr size_t kQ6D = 0, kQ6Sc = 32, kQ6Ql = 288, kQ6Qh = 2336, kQ6Block = 336
 // Q4_K_M tg 33 -> 47-51 t/s, Qwen2.5-0.5B Q8_0 57-63 -> 66-72, SmolLM2 F16 +4-8%).
 constexpr size_t kPrefetchAhead = 4096;
 
-// Decoding (one or two columns) streams each weight once: ask for the bytes
-// kPrefetchAhead on. An asm statement, not _mm_prefetch: GCC 12 deleted a
-// loop of nothing but _mm_prefetch once the AVX2 tiles' bodies were inlined
-// (a loop without side effects may go), and Q6_K decoding lost a third.
-template <int C>
-inline void prefetch_block(const uint8_t *w, size_t bytes) {
+// The `bytes` at p on their way into L1 (kL1) or L2, a cache line at a
+// time. An asm statement, not _mm_prefetch: GCC 12 deleted a loop of nothing
+// but _mm_prefetch once the AVX2 tiles' bodies were inlined (a loop without
+// side effects may go), and Q6_K decoding lost a third.
+template <bool kL1>
+inline void prefetch_bytes(const void *p, size_t bytes) {
 #if defined(__x86_64__)
-    if constexpr (C <= 2) {
-        for (size_t o = 0; o < bytes; o += 64) asm volatile("prefetcht0 %0" : : "m"(w[kPrefetchAhead + o]));
+    const auto *b = static_cast<const char *>(p);
+    for (size_t o = 0; o < bytes; o += 64) {
+        if constexpr (kL1) {
+            asm volatile("prefetcht0 %0" : : "m"(b[o]));
+        } else {
+            asm volatile("prefetcht1 %0" : : "m"(b[o]));
+        }
     }
 #else
-    (void)w, (void)bytes;
+    (void)p, (void)bytes;
 #endif
+}
+
+// Decoding (one or two columns) streams each weight once: ask for the bytes
+// kPrefetchAhead on.
+template <int C>
+inline void prefetch_block(const uint8_t *w, size_t bytes) {
+    if constexpr (C <= 2) prefetch_bytes<true>(w + kPrefetchAhead, bytes);
 }
 
 // The first `bytes` at w on their way into L2: the start of a range of
 // groups a thread will take next, which no earlier prefetch asked for.
-inline void prefetch_start(const uint8_t *w, size_t bytes) {
-#if defined(__x86_64__)
-    for (size_t o = 0; o < bytes; o += 64) asm volatile("prefetcht1 %0" : : "m"(w[o]));
-#else
-    (void)w, (void)bytes;
-#endif
-}
+inline void prefetch_start(const uint8_t *w, size_t bytes) { prefetch_bytes<false>(w, bytes); }
 
 // y[c * ldy + r] for a group's 16 rows and `n` (1..max_cols) columns of
 // prepared input: `depth` units (blocks, or inputs for F16) of the group at w.

@@ -379,28 +379,6 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_buffer_type_t buft;
         bool packed;  // in toy's packed layout
     };
-    // Matrices that stay in ggml's layout on the CPU (F16 on AVX2 CPUs, types
-    // no packed or extra kernel takes, a tied embedding that is also the
-    // output projection) are copied too where huge pages are on: mapped,
-    // they sit in the file's 4 KiB pages, and decoding, which streams them
-    // every token, waits at each page (SmolLM2 F16 on Zen 3: tg64 52-57 ->
-    // 63-69 t/s copied, BENCHMARKS.md). Not with --no-repack (everything
-    // stays mapped), nor when the copies would take more than half the
-    // memory available: a mapping runs a model larger than memory, copies
-    // do not.
-    const bool head_reads_embd =
-        tied && std::none_of(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.output; });
-    auto streamed = [&](const Entry &e) {
-        return (e.role == TensorRole::Linear || e.role == TensorRole::Experts || (head_reads_embd && e.slot == &w.tok_embd)) &&
-               !device_of(e) && !extra_for(e) && !packed_for(e) && e.type == e.src.type && e.src.parts.size() == 1;
-    };
-    bool copy_streamed = false;
-    if (opts.use_mmap && opts.repack) {
-        size_t bytes = 0;
-        for (const Entry &e : entries) bytes += streamed(e) ? e.src.part_bytes[0] : 0;
-        const size_t available = available_memory_bytes();
-        copy_streamed = bytes > 0 && available > 0 && bytes <= available / 2 && want_huge_pages(opts.huge_pages);
-    }
     std::vector<Plan> plans;
     for (const Entry &e : entries) {
         ggml_tensor *t = ggml_new_tensor(m->ctx_, e.type, (int)e.ne.size(), e.ne.data());
@@ -409,10 +387,33 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_dev_t dev = device_of(e);
         ggml_backend_buffer_type_t buft = dev ? ggml_backend_dev_buffer_type(dev) : extra_for(e);
         const bool packed = !buft && packed_for(e);
-        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !buft && !packed && e.src.parts.size() == 1 &&
-                               !(copy_streamed && streamed(e));
+        const bool zero_copy = opts.use_mmap && e.type == e.src.type && !buft && !packed && e.src.parts.size() == 1;
         plans.push_back({t, &e, zero_copy, buft, packed});
         if (packed) w.packed.insert(t);
+    }
+    // The matrices that would stay mapped (F16 on AVX2 CPUs, types no packed
+    // or extra kernel takes, a tied embedding that is also the output
+    // projection) are copied too where huge pages are on: mapped, they sit in
+    // the file's 4 KiB pages, and decoding, which streams them every token,
+    // waits at each page (SmolLM2 F16 on Zen 3: tg64 52-57 -> 63-69 t/s
+    // copied, BENCHMARKS.md). Not with --no-repack (everything stays
+    // mapped), nor when the copies would take more than half the memory
+    // available: a mapping runs a model larger than memory, copies do not.
+    const bool head_reads_embd =
+        tied && std::none_of(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.output; });
+    auto streamed = [&](const Plan &p) {
+        const TensorRole role = p.e->role;
+        return p.zero_copy && (role == TensorRole::Linear || role == TensorRole::Experts || (head_reads_embd && p.e->slot == &w.tok_embd));
+    };
+    size_t streamed_bytes = 0;
+    for (const Plan &p : plans) streamed_bytes += streamed(p) ? ggml_nbytes(p.t) : 0;
+    if (streamed_bytes > 0 && opts.repack) {
+        const size_t available = available_memory_bytes();
+        if (available > 0 && streamed_bytes <= available / 2 && want_huge_pages(opts.huge_pages)) {
+            for (Plan &p : plans) {
+                if (streamed(p)) p.zero_copy = false;
+            }
+        }
     }
     w.tied_output = tied;
     if (!w.output) w.output = w.tok_embd;
