@@ -48,8 +48,9 @@ cuda-check:
 
 # The suite under sanitizers, each in its own build directory (not part of
 # `make test`: several times slower). ASan + UBSan halt on the first finding;
-# TSan runs the concurrent parts (server, scheduler, sessions) with ggml's
-# own thread pool instead of OpenMP, which TSan cannot see into.
+# TSan runs the concurrent parts (server, scheduler, sessions, and the
+# kernels whose threads share work: matmul row groups, flash attention) with
+# ggml's own thread pool instead of OpenMP, which TSan cannot see into.
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
 test-asan: tests/node/node_modules/.package-lock.json
@@ -66,7 +67,7 @@ test-tsan:
 	  -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(TSAN_FLAGS)"
 	cmake --build build-tsan -j $(JOBS) --target toy_tests toy
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
-	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Constrained|Parity.*Sequences'
+	  ctest --output-on-failure -j $(JOBS) -R 'Server|Scheduler|KvCache|Generation|Constrained|Parity.*Sequences|ShareWork|FlashAttention|PackedMatmul'
 
 # ggml's CUDA backend and toy with it in $(CUDA_BUILD)/ (CUDA_TARGETS: what
 # to build, default all). By default Debian's CUDA toolkit (11.8, scripts/install-cuda.sh),

@@ -12,8 +12,8 @@
 //   toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB]
 //     decoding attention (one query, flash attention on an F16 cache of
 //     CELLS cells, N_HEAD_KV KV heads of HEAD values, GROUP query heads per
-//     KV head), as many layers as fill MIB, on THREADS threads [1]: GB/s of
-//     cache read.
+//     KV head), as many layers as fill MIB (0: 64 layers over one cache,
+//     hot in cache), on THREADS threads [1]: GB/s of cache read.
 //
 // Prints the best of 30 passes as GB/s of weights read; compare with what one
 // core streams, `toy bench --roofline -t 1`. The weights are advised into huge
@@ -87,8 +87,10 @@ int attention(int argc, char **argv) {
     const size_t mib = argc > 7 ? (size_t)number(argv[7], "MIB") : 256;
     if (cells < 1 || n_head_kv < 1 || group < 1 || head < 16 || head % 16 || threads < 1) usage("attn: bad shape");
     const size_t layer_bytes = 2 * cells * n_head_kv * head * sizeof(ggml_fp16_t);
-    const int64_t layers = std::max<int64_t>(1, (int64_t)(((mib << 20) + layer_bytes - 1) / layer_bytes));
-    ggml_init_params params{layers * (layer_bytes + 64 * 1024) + (64 << 20), nullptr, false};
+    const bool hot = mib == 0;  // every layer over the same cache
+    const int64_t layers = hot ? 64 : std::max<int64_t>(1, (int64_t)(((mib << 20) + layer_bytes - 1) / layer_bytes));
+    const int64_t caches = hot ? 1 : layers;
+    ggml_init_params params{caches * (layer_bytes + 64 * 1024) + layers * 64 * 1024 + (64 << 20), nullptr, false};
     ggml_context *ctx = ggml_init(params);
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -97,9 +99,10 @@ int attention(int argc, char **argv) {
     ggml_tensor *mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, cells, 1);
     for (int64_t i = 0; i < cells; ++i) static_cast<ggml_fp16_t *>(mask->data)[i] = ggml_fp32_to_fp16(0.0f);
     ggml_cgraph *graph = ggml_new_graph_custom(ctx, 16 * layers + 64, false);
+    ggml_tensor *kv[2];
     for (int64_t l = 0; l < layers; ++l) {
-        ggml_tensor *kv[2];
         for (ggml_tensor *&t : kv) {
+            if (l >= caches) break;
             ggml_tensor *cache = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, head * n_head_kv, cells);
             for (int64_t i = 0; i < ggml_nelements(cache); ++i) static_cast<ggml_fp16_t *>(cache->data)[i] = ggml_fp32_to_fp16(normal(rng));
             t = ggml_view_3d(ctx, cache, head, cells, n_head_kv, cache->nb[1], head * sizeof(ggml_fp16_t), 0);
@@ -111,7 +114,7 @@ int attention(int argc, char **argv) {
     std::printf("attention, %lld cells x %lld KV heads x %lld dims, %lld query heads, %lld layers (%.1f MiB), %d thread%s: "
                 "%.1f us per layer, %.2f GB/s of cache\n",
                 (long long)cells, (long long)n_head_kv, (long long)head, (long long)(n_head_kv * group), (long long)layers,
-                layer_bytes * layers / 1048576.0, threads, threads == 1 ? "" : "s", s / layers * 1e6,
+                layer_bytes * caches / 1048576.0, threads, threads == 1 ? "" : "s", s / layers * 1e6,
                 layer_bytes * layers / s / 1e9);
     ggml_free(ctx);
     return 0;

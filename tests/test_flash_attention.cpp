@@ -28,17 +28,19 @@ namespace {
 struct Case {
     int64_t head_dim, head_dim_v, n_head, n_head_kv, n_q, n_kv;
     ggml_type kv_type;
+    int64_t tail = 0;    // cells at the end no query sees (a cache attended past its newest token, as decoding pads it)
+    int64_t window = 0;  // > 0: each query sees only its last `window` positions (a sliding window)
 };
 
-// The mask row of query i over n_kv cells: the queries are the last n_q
-// positions of the cells; queries of the first third see everything before
-// them (causal), the rest only the cells from the middle on (a second
-// sequence); query 5 sees nothing.
-bool visible(int64_t i, int64_t j, int64_t n_q, int64_t n_kv) {
-    const int64_t pos = n_kv - n_q + i;
+// The mask row of query i over the cells: the queries are the last n_q
+// positions before the case's hidden tail; queries of the first third see
+// everything before them (causal), the rest only the cells from the middle
+// of the cells before the tail on (a second sequence); query 5 sees nothing.
+bool visible(const Case &c, int64_t i, int64_t j) {
+    const int64_t pos = c.n_kv - c.tail - c.n_q + i;
     if (i == 5) return false;
-    if (j > pos) return false;
-    return i < n_q / 3 || j >= n_kv / 2;
+    if (j > pos || (c.window > 0 && j <= pos - c.window)) return false;
+    return i < c.n_q / 3 || j >= (c.n_kv - c.tail) / 2;
 }
 
 }  // namespace
@@ -66,6 +68,10 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         {64, 64, 9, 3, 1, 700, GGML_TYPE_F16},
         {128, 128, 8, 2, 4, 1030, GGML_TYPE_F32},
         {32, 80, 6, 2, 7, 1100, GGML_TYPE_F16},    // whole runs hidden from some queries, one query sees nothing
+        // decoding a cache whose last cells no query sees yet (the runs split the cells seen), and a sliding window
+        {64, 64, 9, 3, 1, 256, GGML_TYPE_F16, 192},
+        {64, 64, 14, 2, 3, 1024, GGML_TYPE_F16, 300, 100},
+        {128, 128, 8, 2, 1, 512, GGML_TYPE_F32, 0, 40},
     };
     for (const Case &c : cases) {
         SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} {}", c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv,
@@ -104,7 +110,7 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         for (int64_t i = 0; i < mask_rows; ++i)
             for (int64_t j = 0; j < c.n_kv; ++j) {
                 static_cast<ggml_fp16_t *>(mask->data)[i * c.n_kv + j] =
-                    ggml_fp32_to_fp16(i < c.n_q && visible(i, j, c.n_q, c.n_kv) ? 0.0f : -INFINITY);
+                    ggml_fp32_to_fp16(i < c.n_q && visible(c, i, j) ? 0.0f : -INFINITY);
             }
         const float scale = 1.0f / std::sqrt((float)c.head_dim);
         ASSERT_TRUE(graph::host_flash_attn_applies(q, k, v, mask, 0.0f));
@@ -125,7 +131,7 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
                 std::vector<double> s(c.n_kv, -INFINITY);
                 double top = -INFINITY;
                 for (int64_t j = 0; j < c.n_kv; ++j) {
-                    if (!visible(i, j, c.n_q, c.n_kv)) continue;
+                    if (!visible(c, i, j)) continue;
                     const float *kj = kf.data() + j * c.head_dim * c.n_head_kv + hk * c.head_dim;
                     double dot = 0;
                     for (int64_t d = 0; d < c.head_dim; ++d) dot += (double)qi[d] * kj[d];

@@ -1,5 +1,6 @@
 #include "graph/flash_attention.h"
 
+#include "graph/custom_ops.h"
 #include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
 
