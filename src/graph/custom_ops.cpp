@@ -192,49 +192,54 @@ void out_prod_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     const int64_t row_segs = (n + seg - 1) / seg, col_chunks = (m + chunk - 1) / chunk;
     const int64_t per_plane = row_segs * col_chunks, planes = dst->ne[2] * dst->ne[3];
     thread_local std::vector<float> panel;
-    for (int64_t unit = ith; unit < planes * per_plane; unit += nth) {
-        const int64_t plane = unit / per_plane, i2 = plane % dst->ne[2], i3 = plane / dst->ne[2];
-        const int64_t s0 = (unit % per_plane) / col_chunks * seg, j0 = (unit % col_chunks) * chunk;
-        const int64_t seg_rows = std::min(seg, n - s0), cols_end = std::min(m, j0 + chunk);
-        Panel p;
-        p.bj = b->nb[0];
-        p.bk = b->nb[1];
-        p.ldc = dst->nb[1] / sizeof(float);
-        // a broadcast over b's planes (grouped-query attention), as ggml_out_prod does
-        const int64_t a2 = i2 / (b->ne[2] / a->ne[2]), a3 = i3 / (b->ne[3] / a->ne[3]);
-        const char *a_plane = static_cast<const char *>(a->data) + a2 * a->nb[2] + a3 * a->nb[3];
-        const char *b_plane = static_cast<const char *>(b->data) + i2 * b->nb[2] + i3 * b->nb[3];
-        char *c_plane = static_cast<char *>(dst->data) + i2 * dst->nb[2] + i3 * dst->nb[3];
-        for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
-            p.n_k = std::min(kDepth, K - k0);
-            p.accumulate = k0 > 0;
-            const float *a_seg;  // a[s0, k0]
-            if (f32) {
-                a_seg = reinterpret_cast<const float *>(a_plane + k0 * a->nb[1]) + s0;
-                p.lda = a->nb[1] / sizeof(float);
-            } else {
-                const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
-                panel.resize((size_t)(seg * kDepth));
-                for (int64_t k = 0; k < p.n_k; ++k) {
-                    to_float(a_plane + (k0 + k) * a->nb[1] + ggml_row_size(a->type, s0), panel.data() + k * seg_rows, seg_rows);
+    // the units shared out as the threads run (share_work: a VM's vCPUs fall
+    // out of step, and a training step waited 11% of its time at barriers)
+    share_work(dst, planes * per_plane, ith, nth, [&](int64_t u0, int64_t u1) {
+        for (int64_t unit = u0; unit < u1; ++unit) {
+            const int64_t plane = unit / per_plane, i2 = plane % dst->ne[2], i3 = plane / dst->ne[2];
+            const int64_t s0 = (unit % per_plane) / col_chunks * seg, j0 = (unit % col_chunks) * chunk;
+            const int64_t seg_rows = std::min(seg, n - s0), cols_end = std::min(m, j0 + chunk);
+            Panel p;
+            p.bj = b->nb[0];
+            p.bk = b->nb[1];
+            p.ldc = dst->nb[1] / sizeof(float);
+            // a broadcast over b's planes (grouped-query attention), as ggml_out_prod does
+            const int64_t a2 = i2 / (b->ne[2] / a->ne[2]), a3 = i3 / (b->ne[3] / a->ne[3]);
+            const char *a_plane = static_cast<const char *>(a->data) + a2 * a->nb[2] + a3 * a->nb[3];
+            const char *b_plane = static_cast<const char *>(b->data) + i2 * b->nb[2] + i3 * b->nb[3];
+            char *c_plane = static_cast<char *>(dst->data) + i2 * dst->nb[2] + i3 * dst->nb[3];
+            for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+                p.n_k = std::min(kDepth, K - k0);
+                p.accumulate = k0 > 0;
+                const float *a_seg;  // a[s0, k0]
+                if (f32) {
+                    a_seg = reinterpret_cast<const float *>(a_plane + k0 * a->nb[1]) + s0;
+                    p.lda = a->nb[1] / sizeof(float);
+                } else {
+                    const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
+                    panel.resize((size_t)(seg * kDepth));
+                    for (int64_t k = 0; k < p.n_k; ++k) {
+                        to_float(a_plane + (k0 + k) * a->nb[1] + ggml_row_size(a->type, s0), panel.data() + k * seg_rows,
+                                 seg_rows);
+                    }
+                    a_seg = panel.data();
+                    p.lda = seg_rows;
                 }
-                a_seg = panel.data();
-                p.lda = seg_rows;
-            }
-            for (int64_t i0 = 0; i0 < seg_rows; i0 += kRows) {
-                const int64_t rows = std::min(kRows, seg_rows - i0);
-                const int rv = (int)((rows + W - 1) / W);
-                p.last = (int)(rows - (rv - 1) * W);
-                p.a = a_seg + i0;
-                for (int64_t j = j0; j < cols_end; j += Simd::kCols) {
-                    const int rn = (int)std::min<int64_t>(Simd::kCols, cols_end - j);
-                    p.b = b_plane + j * b->nb[0] + k0 * b->nb[1];
-                    p.c = reinterpret_cast<float *>(c_plane + j * dst->nb[1]) + s0 + i0;
-                    kTiles[rv - 1][rn - 1](p);
+                for (int64_t i0 = 0; i0 < seg_rows; i0 += kRows) {
+                    const int64_t rows = std::min(kRows, seg_rows - i0);
+                    const int rv = (int)((rows + W - 1) / W);
+                    p.last = (int)(rows - (rv - 1) * W);
+                    p.a = a_seg + i0;
+                    for (int64_t j = j0; j < cols_end; j += Simd::kCols) {
+                        const int rn = (int)std::min<int64_t>(Simd::kCols, cols_end - j);
+                        p.b = b_plane + j * b->nb[0] + k0 * b->nb[1];
+                        p.c = reinterpret_cast<float *>(c_plane + j * dst->nb[1]) + s0 + i0;
+                        kTiles[rv - 1][rn - 1](p);
+                    }
                 }
             }
         }
-    }
+    }, [](int64_t) {});
 }
 #else
 constexpr bool kHasOutProd = false;
