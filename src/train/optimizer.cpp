@@ -8,8 +8,6 @@
 namespace toy::train {
 namespace {
 
-// Elements [begin, end) of this thread's share.
-
 void adamw_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     float *w = static_cast<float *>(dst->src[0]->data);
     float *g = static_cast<float *>(dst->src[1]->data);
