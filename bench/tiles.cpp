@@ -102,7 +102,7 @@ int attention(int argc, char **argv) {
     ggml_tensor *kv[2];
     for (int64_t l = 0; l < layers; ++l) {
         for (ggml_tensor *&t : kv) {
-            if (l >= caches) break;
+            if (l >= caches) continue;  // hot: every layer reads the first layer's K and V
             ggml_tensor *cache = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, head * n_head_kv, cells);
             for (int64_t i = 0; i < ggml_nelements(cache); ++i) static_cast<ggml_fp16_t *>(cache->data)[i] = ggml_fp32_to_fp16(normal(rng));
             t = ggml_view_3d(ctx, cache, head, cells, n_head_kv, cache->nb[1], head * sizeof(ggml_fp16_t), 0);
