@@ -253,7 +253,6 @@ TOY_INLINE inline void k_quant_blocks(const uint8_t *w, int64_t nb, const uint8_
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
     halves_by_block<C>(nb, [&](auto h, int64_t b) TOY_INLINE {
         const uint8_t *wb = w + b * kBlock;
-        if (h == 0) prefetch_block<C>(wb, kBlock);
         const uint8_t *xb[C];
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
         body(h, wb, xb);
@@ -270,6 +269,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
+            prefetch_part<C>(wb, kQ4Block, 8 * h + j, 16);
             // A 4-bit quant times an int8 input (|q| <= 127, Q8_K) gives
             // VPMADDUBSW pairs of at most 3810: the unit's 8 products per
             // row add up in int16 (<= 30480), and one VPMADDWD against the
@@ -333,6 +333,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
+            prefetch_part<C>(wb, kQ6Block, 8 * h + j, 16);
             const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
             // the unit's two scales (int16 per row: a low, b high), each in both halves
             const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));

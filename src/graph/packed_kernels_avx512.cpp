@@ -174,12 +174,12 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, w += kQ4Block) {
-        prefetch_block<C>(w, kQ4Block);
         const uint8_t *xb[C];
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
         __m512i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) {
+            prefetch_part<C>(w, kQ4Block, j, 8);
             __m512i v[8];
             load_nibbles(w + kQ4Qs + 256 * j, v);
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kQ4Sc + 16 * j)));
@@ -222,12 +222,12 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, w += kQ6Block) {
-        prefetch_block<C>(w, kQ6Block);
         const uint8_t *xb[C];
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
         __m512i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) {
+            prefetch_part<C>(w, kQ6Block, j, 8);
             __m512i v[8];
             load_nibbles(w + kQ6Ql + 256 * j, v);
             const __m512i h0 = _mm512_loadu_si512(w + kQ6Qh + 128 * j), h1 = _mm512_loadu_si512(w + kQ6Qh + 128 * j + 64);
