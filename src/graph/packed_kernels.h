@@ -103,10 +103,10 @@ using TileFn = void (*)(const uint8_t *w, int64_t depth, const uint8_t *x, size_
 struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
+    int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
     const TileFn *q8_0, *f16, *q4_k, *q6_k, *bf16;  // each indexed by the column count
-    // whether F16 and BF16 matrices are packed for this set at load (AVX2:
-    // no, ggml's tinyBLAS prompts are faster there for F16; AVX-512: BF16
-    // where the CPU has AVX512_BF16; the tiles still run either layout)
+    // whether F16 and BF16 matrices are packed for this set at load (BF16:
+    // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
     // one column of x prepared for an input form (Q8_0, Q8_K, F16 or BF16), as ggml prepares it
     void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);

@@ -126,6 +126,9 @@ inline __m256i dot4(__m256i u, __m256i s) {
 // spills them to the stack (q8_0_tile<4>: 55 spills, 2-3x slower).
 inline void in_register(__m256i &v) { asm("" : "+x"(v)); }
 
+// F16 columns per pass (both halves of a group: 2 x 6 sums in registers).
+constexpr int kF16Cols = 6;
+
 // More columns than the integer tiles keep in 16 registers: in passes of 4.
 #define TOY_SPLIT_COLUMNS(tile, most)                                          \
     if constexpr (C > most) {                                                  \
@@ -165,27 +168,41 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[h][c]);
 }
 
-// F16. Prompts (4 columns or more): one half of the group (8 rows) at a
-// time against all columns, up to the set's 8 in one pass, so each weight
-// vector feeds C FMAs and the group is streamed twice per 8 columns (one
-// pass per half; 6 + 2 columns with both halves streamed it twice per
-// pass). Decoding (up to 3 columns): both halves per input, each with two
-// partial sums (even and odd inputs) that hide the FMA latency and halve
-// the rounding of long sums.
+// F16. Both halves of the group per input, so each weight vector is
+// converted once per pass and feeds C FMAs. Prompts (4 columns or more): up
+// to 6 columns per pass (12 sums in registers; more split into passes of 6,
+// and the set asks for 6 at a time). On Zen 3 this runs 80-97 GFLOPS on one
+// core where one half at a time against 8 columns (8 sums, each converted
+// vector feeding 8 FMAs but every input broadcast for only one half) ran
+// 61-68: the broadcasts, not the conversions, were the cost. Decoding (up
+// to 3 columns): two partial sums per half (even and odd inputs) that hide
+// the FMA latency and halve the rounding of long sums.
 template <int C>
 void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
+    if constexpr (C > kF16Cols) {
+        f16_tile<kF16Cols>(w, n_in, x, x_stride, y, ldy);
+        f16_tile<C - kF16Cols>(w, n_in, x + kF16Cols * x_stride, x_stride, y + kF16Cols * ldy, ldy);
+        return;
+    }
     const float *xc[C];
     for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
     if constexpr (C >= 4) {
-        for (int h = 0; h < 2; ++h) {
-            __m256 acc[C];
-            for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-            for (int64_t k = 0; k < n_in; ++k) {
-                const __m256 wv = _mm256_cvtph_ps(load128(w + 32 * k + 16 * h));
-                for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(wv, _mm256_set1_ps(xc[c][k]), acc[c]);
+        __m256 acc[C][2];
+        TOY_UNROLL
+        for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < n_in; ++k) {
+            const __m256 w0 = _mm256_cvtph_ps(load128(w + 32 * k)), w1 = _mm256_cvtph_ps(load128(w + 32 * k + 16));
+            TOY_UNROLL
+            for (int c = 0; c < C; ++c) {
+                const __m256 xv = _mm256_set1_ps(xc[c][k]);
+                acc[c][0] = _mm256_fmadd_ps(w0, xv, acc[c][0]);
+                acc[c][1] = _mm256_fmadd_ps(w1, xv, acc[c][1]);
             }
-            for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[c]);
         }
+        TOY_UNROLL
+        for (int c = 0; c < C; ++c)
+            TOY_UNROLL
+            for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[c][h]);
     } else {
         __m256 acc[C][2][2];
         TOY_UNROLL
@@ -388,14 +405,11 @@ constexpr TileFn kQ8Tiles[9] = TOY_TILE_TABLE(q8_0_tile), kF16Tiles[9] = TOY_TIL
 }  // namespace
 
 const KernelSet *avx2_kernels() {
-    // F16 is not packed by default: on the AVX-512 machine running this set
-    // (ggml built for AVX2 only, TOY_AVX2_ONLY) SmolLM2 F16 prompts were
-    // 0.81-0.92x ggml's tinyBLAS, generation 1.06-1.19x; on a Zen 3 CPU
-    // prompts 0.75-0.85x, generation about even with ggml's layout copied
-    // onto huge pages, as loading now does (BENCHMARKS.md).
-    // Nor is BF16 (not measured against ggml's on an AVX2 CPU); its tiles
-    // run matrices the AVX-512 set packed.
-    static const KernelSet set{"avx2", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, false, false, prepare};
+    // F16 is packed: with the tile above, SmolLM2-135M F16 on Zen 3 decodes
+    // faster than over ggml's layout and its prompts are no slower than
+    // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
+    // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
+    static const KernelSet set{"avx2", 8, kF16Cols, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, true, false, prepare};
     return &set;
 }
 

@@ -333,8 +333,8 @@ constexpr TileFn kBf16Tiles[9] = TOY_TILE_TABLE(bf16_tile);
 }  // namespace
 
 const KernelSet *avx512_kernels(bool with_bf16) {
-    static const KernelSet plain{"avx512", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, nullptr, true, false, prepare},
-        bf16{"avx512", 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, true, true, prepare};
+    static const KernelSet plain{"avx512", 8, 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, nullptr, true, false, prepare},
+        bf16{"avx512", 8, 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, true, true, prepare};
     return with_bf16 ? &bf16 : &plain;
 }
 

@@ -285,15 +285,16 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     // VM holds up leaves its last groups to the other; decoding SmolLM2 Q8_0
     // on Zen 3 waited 28-37% less). Per range of groups, the columns in
     // panels whose prepared inputs stay in L2 while the groups pass over
-    // them; within a panel, the set's max_cols columns (8 with AVX-512) per
-    // weight load.
+    // them; within a panel, the set's max_cols columns (8 with AVX-512; F16:
+    // its f16_cols) per weight load.
     constexpr int64_t kPanel = 64;
+    const int64_t per_load = w->type == GGML_TYPE_F16 ? k.f16_cols : k.max_cols;
     share_work(dst, n_out / kRows, ith, nth, [&](int64_t g0, int64_t g1) {
         for (int64_t p0 = 0; p0 < n_cols; p0 += kPanel) {
             const int64_t p1 = std::min(n_cols, p0 + kPanel);
             for (int64_t g = g0; g < g1; ++g) {
-                for (int64_t c = p0; c < p1; c += k.max_cols) {
-                    const int n = (int)std::min<int64_t>(k.max_cols, p1 - c);
+                for (int64_t c = p0; c < p1; c += per_load) {
+                    const int n = (int)std::min<int64_t>(per_load, p1 - c);
                     tiles[n](wbase + g * group_bytes, depth, xbase + c * x_stride, x_stride, y + c * n_out + g * kRows, n_out);
                 }
             }
