@@ -47,7 +47,7 @@ namespace toy::graph {
 // Whether a kernel takes a matrix of this type and shape: Q8_0, F16, Q4_K,
 // Q6_K or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
 // runs one of the kernel sets (AVX-512 VNNI, BF16 only with AVX512_BF16;
-// else AVX2 + FMA + F16C, without F16 and BF16; chosen at run time). False
+// else AVX2 + FMA + F16C, without BF16; chosen at run time). False
 // elsewhere, where ggml's own kernels run.
 bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 
