@@ -2,6 +2,7 @@
 // same products up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, partial passes, several 64-column panels) and
 // for inputs that are views with strides.
+#include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
 #include "kernel_set_scope.h"
 
@@ -197,6 +198,66 @@ INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
                          [](const auto &info) {
                              return std::string(ggml_type_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
                          });
+
+// The inputs each set prepares for Q8_0 and Q4_K/Q6_K matrices are ggml's own
+// quantization of them (ggml-cpu's, nearest even), bit for bit: random
+// values, an all-zero block, and blocks whose scaled values fall on halves
+// (ties), where rounding to nearest even and away from zero differ.
+TEST(PackedMatmul, PreparedInputsAreGgmlsQuantization) {
+    const int64_t n = 1024;
+    std::vector<float> x(n);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (float &v : x) v = g(rng);
+    for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;  // Q8_0 block 1: zero
+    for (int i = 0; i < 32; ++i) x[64 + i] = i == 0 ? 127.0f : (i % 2 ? 1 : -1) * (i + 0.5f);  // Q8_0 ties (scale 1)
+    for (int i = 0; i < 256; ++i) x[256 + i] = i == 7 ? -127.0f : (i % 3 ? -1 : 1) * (i % 120 + 0.5f);  // Q8_K ties (scale -1)
+    for (const std::string set : {"avx2", "avx512"}) {
+        SCOPED_TRACE(set);
+        KernelSetScope scope(set);
+        if (!scope.ok()) continue;
+        const graph::packed::KernelSet *k = set == "avx2" ? graph::packed::avx2_kernels() : graph::packed::avx512_kernels(false);
+        ASSERT_NE(k, nullptr);
+        // Q8_0: per block 32 int8, the fp16-rounded scale as float, -128 x the quants' sum
+        std::vector<uint8_t> ours(n / graph::packed::kQK * graph::packed::kColBlock), ref(ggml_row_size(GGML_TYPE_Q8_0, n));
+        k->prepare(GGML_TYPE_Q8_0, x.data(), n, ours.data());
+        ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(x.data(), ref.data(), n);
+        for (int64_t b = 0; b < n / 32; ++b) {
+            const uint8_t *o = ours.data() + b * graph::packed::kColBlock, *r = ref.data() + b * ggml_type_size(GGML_TYPE_Q8_0);
+            ggml_fp16_t d16;
+            std::memcpy(&d16, r, sizeof d16);
+            float d;
+            int32_t bias, sum = 0;
+            std::memcpy(&d, o + 32, sizeof d);
+            std::memcpy(&bias, o + 36, sizeof bias);
+            for (int i = 0; i < 32; ++i) sum += (int8_t)r[2 + i];
+            ASSERT_EQ(std::memcmp(o, r + 2, 32), 0) << "Q8_0 block " << b;
+            ASSERT_EQ(d, ggml_fp16_to_fp32(d16)) << "Q8_0 block " << b;
+            ASSERT_EQ(bias, -128 * sum) << "Q8_0 block " << b;
+        }
+        // Q8_K: per 256 the int8 quants, their sums per 16 and per 32, the scale
+        ours.assign(n / graph::packed::kQKK * graph::packed::kKColBlock, 0);
+        ref.assign(ggml_row_size(GGML_TYPE_Q8_K, n), 0);
+        k->prepare(GGML_TYPE_Q8_K, x.data(), n, ours.data());
+        ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(x.data(), ref.data(), n);
+        for (int64_t b = 0; b < n / 256; ++b) {
+            const uint8_t *o = ours.data() + b * graph::packed::kKColBlock, *r = ref.data() + b * ggml_type_size(GGML_TYPE_Q8_K);
+            float d_ours, d_ref;  // block_q8_K: float d, int8 qs[256], int16 bsums[16]
+            std::memcpy(&d_ours, o + graph::packed::kKD, sizeof d_ours);
+            std::memcpy(&d_ref, r, sizeof d_ref);
+            ASSERT_EQ(std::memcmp(o + graph::packed::kKQs, r + 4, 256), 0) << "Q8_K block " << b;
+            ASSERT_EQ(std::memcmp(o + graph::packed::kKSum16, r + 4 + 256, 32), 0) << "Q8_K block " << b;
+            ASSERT_EQ(d_ours, d_ref) << "Q8_K block " << b;
+            for (int p = 0; p < 8; ++p) {
+                int16_t s32, a, c;
+                std::memcpy(&s32, o + graph::packed::kKSum32 + 2 * p, 2);
+                std::memcpy(&a, o + graph::packed::kKSum16 + 4 * p, 2);
+                std::memcpy(&c, o + graph::packed::kKSum16 + 4 * p + 2, 2);
+                ASSERT_EQ(s32, a + c) << "Q8_K block " << b << " pair " << p;
+            }
+        }
+    }
+}
 
 TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     const int64_t ok[2] = {64, 32}, odd_rows[2] = {64, 40}, stacked[3] = {64, 32, 2}, k_ok[2] = {256, 32};

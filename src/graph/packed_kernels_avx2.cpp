@@ -25,44 +25,83 @@ namespace {
 
 float fp16_round(float v) { return _cvtsh_ss(_cvtss_sh(v, 0)); }
 
+// Horizontal max and sum of 8 lanes.
+inline float hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+inline int32_t hsum(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+// x * scale rounded to the nearest integer, ties to even (nearbyint's rounding)
+inline __m256i round_to_int(__m256 x, __m256 scale) {
+    return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// 32 int32 quants in [-128, 127] as 32 bytes, in order
+inline void store_bytes(__m256i q0, __m256i q1, __m256i q2, __m256i q3, uint8_t *out) {
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    // the packs work per 128-bit lane: 4-byte groups come out as 0 2 4 6 1 3 5 7
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(out), _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 // As the AVX-512 kernels prepare inputs (ggml's x86 rounding: nearest even).
 void quantize_column_q8_0(const float *x, int64_t n_in, uint8_t *out) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t i = 0; i < n_in; i += kQK, x += kQK, out += kColBlock) {
-        float amax = 0.0f;
-        for (int k = 0; k < kQK; ++k) amax = std::max(amax, std::fabs(x[k]));
-        const float d = fp16_round(amax / 127.f), id = amax != 0.0f ? 127.f / amax : 0.0f;
-        int32_t sum = 0;
-        for (int k = 0; k < kQK; ++k) {
-            const int q = (int)std::nearbyint(x[k] * id);
-            out[k] = static_cast<uint8_t>(static_cast<int8_t>(q));
-            sum += q;
-        }
-        const int32_t bias = -128 * sum;
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        const float amax = hmax(m);
+        const float d = fp16_round(amax / 127.f);
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        __m256i q[4];
+        for (int k = 0; k < 4; ++k) q[k] = round_to_int(v[k], id);
+        store_bytes(q[0], q[1], q[2], q[3], out);
+        const int32_t bias = -128 * hsum(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         std::memcpy(out + kQK, &d, sizeof d);
         std::memcpy(out + kQK + 4, &bias, sizeof bias);
     }
 }
 
-// ggml's Q8_K (quantize_row_q8_K_ref) with its per-16 and per-32 sums.
+// ggml's Q8_K (quantize_row_q8_K_ref) with its per-16 and per-32 sums: the
+// scale from the value of largest magnitude (the first of equals), with its
+// sign, -127 / that value; quants rounded to nearest even, at most 127.
 void quantize_column_q8_k(const float *x, int64_t n_in, uint8_t *out) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t i = 0; i < n_in; i += kQKK, x += kQKK, out += kKColBlock) {
-        float amax = 0.0f, max = 0.0f;
-        for (int k = 0; k < kQKK; ++k) {
-            if (std::fabs(x[k]) > amax) amax = std::fabs(x[k]), max = x[k];
-        }
+        __m256 m = _mm256_setzero_ps();
+        for (int v = 0; v < 32; ++v) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * v)));
+        const float amax = hmax(m);
         int16_t sum16[16] = {}, sum32[8] = {};
         float d = 0.0f;
         if (amax == 0.0f) {
             std::memset(out + kKQs, 0, kQKK);
         } else {
-            const float iscale = -127.f / max;
-            for (int k = 0; k < kQKK; ++k) {
-                const int q = std::min(127, (int)std::nearbyint(iscale * x[k]));
-                out[kKQs + k] = static_cast<uint8_t>(static_cast<int8_t>(q));
-                sum16[k / 16] = static_cast<int16_t>(sum16[k / 16] + q);
+            float max = 0.0f;
+            for (int v = 0; v < 32; ++v) {
+                const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * v));
+                const int hit = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+                if (hit) {
+                    max = x[8 * v + __builtin_ctz(hit)];
+                    break;
+                }
             }
-            for (int p = 0; p < 8; ++p) sum32[p] = static_cast<int16_t>(sum16[2 * p] + sum16[2 * p + 1]);
+            const float iscale = -127.f / max;
+            const __m256 scale = _mm256_set1_ps(iscale);
+            const __m256i top = _mm256_set1_epi32(127);
+            for (int v = 0; v < 8; ++v) {  // 32 values a pass: two sums per 16
+                __m256i q[4];
+                for (int k = 0; k < 4; ++k) {
+                    q[k] = _mm256_min_epi32(round_to_int(_mm256_loadu_ps(x + 32 * v + 8 * k), scale), top);
+                }
+                store_bytes(q[0], q[1], q[2], q[3], out + kKQs + 32 * v);
+                sum16[2 * v] = static_cast<int16_t>(hsum(_mm256_add_epi32(q[0], q[1])));
+                sum16[2 * v + 1] = static_cast<int16_t>(hsum(_mm256_add_epi32(q[2], q[3])));
+            }
             d = 1 / iscale;
+            for (int p = 0; p < 8; ++p) sum32[p] = static_cast<int16_t>(sum16[2 * p] + sum16[2 * p + 1]);
         }
         std::memcpy(out + kKSum16, sum16, sizeof sum16);
         std::memcpy(out + kKSum32, sum32, sizeof sum32);
