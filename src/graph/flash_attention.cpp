@@ -3,6 +3,7 @@
 #include "graph/custom_ops.h"
 #include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
+#include "graph/simd_avx2.h"
 
 #include <ggml-backend.h>
 #include <ggml-cpu.h>
@@ -127,11 +128,7 @@ struct Avx2 {
     static V add(V a, V b) { return _mm256_add_ps(a, b); }
     static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
     static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-    static float hmax(V v) {
-        __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-    }
+    static float hmax(V v) { return simd::hmax_avx2(v); }
     static float hsum(V v) {
         __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -9,6 +9,7 @@
 // AVX-512 kernels. Compiled for those instructions whatever the build's
 // target; they only run where the CPU has them.
 #include "graph/packed_kernels.h"
+#include "graph/simd_avx2.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,17 +26,6 @@ namespace {
 
 float fp16_round(float v) { return _cvtsh_ss(_cvtss_sh(v, 0)); }
 
-// Horizontal max and sum of 8 lanes.
-inline float hmax(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-inline int32_t hsum(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
-}
 // x * scale rounded to the nearest integer, ties to even (nearbyint's rounding)
 inline __m256i round_to_int(__m256 x, __m256 scale) {
     return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -53,13 +43,13 @@ void quantize_column_q8_0(const float *x, int64_t n_in, uint8_t *out) {
     for (int64_t i = 0; i < n_in; i += kQK, x += kQK, out += kColBlock) {
         __m256 v[4], m = _mm256_setzero_ps();
         for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-        const float amax = hmax(m);
+        const float amax = simd::hmax_avx2(m);
         const float d = fp16_round(amax / 127.f);
         const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
         __m256i q[4];
         for (int k = 0; k < 4; ++k) q[k] = round_to_int(v[k], id);
         store_bytes(q[0], q[1], q[2], q[3], out);
-        const int32_t bias = -128 * hsum(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        const int32_t bias = -128 * simd::hsum_avx2(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         std::memcpy(out + kQK, &d, sizeof d);
         std::memcpy(out + kQK + 4, &bias, sizeof bias);
     }
@@ -73,7 +63,7 @@ void quantize_column_q8_k(const float *x, int64_t n_in, uint8_t *out) {
     for (int64_t i = 0; i < n_in; i += kQKK, x += kQKK, out += kKColBlock) {
         __m256 m = _mm256_setzero_ps();
         for (int v = 0; v < 32; ++v) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * v)));
-        const float amax = hmax(m);
+        const float amax = simd::hmax_avx2(m);
         int16_t sum16[16] = {}, sum32[8] = {};
         float d = 0.0f;
         if (amax == 0.0f) {
@@ -97,8 +87,8 @@ void quantize_column_q8_k(const float *x, int64_t n_in, uint8_t *out) {
                     q[k] = _mm256_min_epi32(round_to_int(_mm256_loadu_ps(x + 32 * v + 8 * k), scale), top);
                 }
                 store_bytes(q[0], q[1], q[2], q[3], out + kKQs + 32 * v);
-                sum16[2 * v] = static_cast<int16_t>(hsum(_mm256_add_epi32(q[0], q[1])));
-                sum16[2 * v + 1] = static_cast<int16_t>(hsum(_mm256_add_epi32(q[2], q[3])));
+                sum16[2 * v] = static_cast<int16_t>(simd::hsum_avx2(_mm256_add_epi32(q[0], q[1])));
+                sum16[2 * v + 1] = static_cast<int16_t>(simd::hsum_avx2(_mm256_add_epi32(q[2], q[3])));
             }
             d = 1 / iscale;
             for (int p = 0; p < 8; ++p) sum32[p] = static_cast<int16_t>(sum16[2 * p] + sum16[2 * p + 1]);
