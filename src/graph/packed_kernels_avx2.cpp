@@ -12,7 +12,6 @@
 #include "graph/simd_avx2.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -201,9 +200,10 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 // converted once per pass and feeds C FMAs. Prompts (4 columns or more): up
 // to 6 columns per pass (12 sums in registers; more split into passes of 6,
 // and the set asks for 6 at a time). On Zen 3 this runs 80-97 GFLOPS on one
-// core where one half at a time against 8 columns (8 sums, each converted
-// vector feeding 8 FMAs but every input broadcast for only one half) ran
-// 61-68: the broadcasts, not the conversions, were the cost. Decoding (up
+// core where one half at a time against 8 columns ran 61-68, though it
+// converted fewer weights per FMA: each input is broadcast once for 16 rows
+// instead of 8, and 12 independent sums hide the FMA latency better than 8
+// (which of the two matters most was not measured). Decoding (up
 // to 3 columns): two partial sums per half (even and odd inputs) that hide
 // the FMA latency and halve the rounding of long sums.
 template <int C>
