@@ -239,7 +239,7 @@ void out_prod_kernel(ggml_tensor *dst, int ith, int nth, void *) {
                 }
             }
         }
-    }, [](int64_t) {});
+    });
 }
 #else
 constexpr bool kHasOutProd = false;

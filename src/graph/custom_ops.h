@@ -57,6 +57,12 @@ void share_work(ggml_tensor *dst, int64_t n, int ith, int nth, Work &&work, Ahea
     }
 }
 
+// The same, for work whose chunks need nothing asked for ahead.
+template <typename Work>
+void share_work(ggml_tensor *dst, int64_t n, int ith, int nth, Work &&work) {
+    share_work(dst, n, ith, nth, std::forward<Work>(work), [](int64_t) {});
+}
+
 // x^T of an F32 tensor (any strides), each [ne0, ne1] plane transposed:
 // contiguous [ne1, ne0, ne2, ne3], blocked in 32 x 32 tiles over all threads. ggml's cont(transpose(x)) copies one
 // element per memcpy call, the largest cost of a training step before this.

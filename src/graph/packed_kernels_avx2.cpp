@@ -157,17 +157,19 @@ inline void in_register(__m256i &v) { asm("" : "+x"(v)); }
 // F16 columns per pass (both halves of a group: 2 x 6 sums in registers).
 constexpr int kF16Cols = 6;
 
-// More columns than the integer tiles keep in 16 registers: in passes of 4.
-#define TOY_SPLIT_COLUMNS(tile, most)                                          \
+// More columns than a tile keeps in 16 registers: in passes of `most` (4 for
+// the integer tiles and BF16, kF16Cols for F16). `depth` and `x` name the
+// tile's depth and input parameters.
+#define TOY_SPLIT_COLUMNS(tile, most, depth, x)                                \
     if constexpr (C > most) {                                                  \
-        tile<most>(w, nb, xq, x_stride, y, ldy);                               \
-        tile<C - most>(w, nb, xq + most * x_stride, x_stride, y + most * ldy, ldy); \
+        tile<most>(w, depth, x, x_stride, y, ldy);                             \
+        tile<C - most>(w, depth, x + most * x_stride, x_stride, y + most * ldy, ldy); \
         return;                                                                \
     }
 
 template <int C>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(q8_0_tile, 4)
+    TOY_SPLIT_COLUMNS(q8_0_tile, 4, nb, xq)
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     __m256 acc[2][C];
     for (int h = 0; h < 2; ++h)
@@ -208,11 +210,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 // the FMA latency and halve the rounding of long sums.
 template <int C>
 void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
-    if constexpr (C > kF16Cols) {
-        f16_tile<kF16Cols>(w, n_in, x, x_stride, y, ldy);
-        f16_tile<C - kF16Cols>(w, n_in, x + kF16Cols * x_stride, x_stride, y + kF16Cols * ldy, ldy);
-        return;
-    }
+    TOY_SPLIT_COLUMNS(f16_tile, kF16Cols, n_in, x)
     const float *xc[C];
     for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
     if constexpr (C >= 4) {
@@ -269,9 +267,7 @@ inline __m256 bf16_hi(__m256i v) { return _mm256_castsi256_ps(_mm256_and_si256(v
 
 template <int C>
 void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
-    const int64_t nb = n_pairs;  // for TOY_SPLIT_COLUMNS
-    const uint8_t *xq = x;
-    TOY_SPLIT_COLUMNS(bf16_tile, 4)
+    TOY_SPLIT_COLUMNS(bf16_tile, 4, n_pairs, x)
     for (int h = 0; h < 2; ++h) {
         __m256 acc[C][2];
         for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
@@ -309,7 +305,7 @@ TOY_INLINE inline void k_quant_blocks(const uint8_t *w, int64_t nb, const uint8_
 // sums of 4 columns, not those too): one load and store per super-block.
 template <int C>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(q4_k_tile, 4)  // with the int16 sums below 4 columns fit (2 before them)
+    TOY_SPLIT_COLUMNS(q4_k_tile, 4, nb, xq)  // with the int16 sums below 4 columns fit (2 before them)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
     k_quant_blocks<C, kQ4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
@@ -373,7 +369,7 @@ inline __m256i q6_vector(__m256i bits, __m256i h) {
 // lane) widens and scales them at once, no VPMULLD.
 template <int C>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(q6_k_tile, 4)
+    TOY_SPLIT_COLUMNS(q6_k_tile, 4, nb, xq)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
     k_quant_blocks<C, kQ6Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
