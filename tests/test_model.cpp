@@ -443,6 +443,34 @@ TEST(Model, F16AndKQuantMatricesTakeToysKernelBeforeAmx) {
     }
 }
 
+// On the CPU gate and up fuse into one matrix where toy's packed kernel takes
+// it (not where ggml's AMX buffer would): one product fewer per block, the
+// same logits, the file's names still read back.
+TEST(Model, GateAndUpFuseWhereToysKernelTakesThem) {
+    for (const std::string name : {"llama-256.q8_0", "llama-untied.f16", "qwen2.f32"}) {
+        SCOPED_TRACE(name);
+        LoadOptions separate;
+        separate.fuse = false;
+        auto fused = Model::load(test::fixture_path(name + ".gguf"));
+        auto split = Model::load(test::fixture_path(name + ".gguf"), separate);
+        const LayerWeights &l = fused->weights().layers[0];
+        const bool packs = std::string_view(graph::packed_kernels_name()) != "none" &&
+                           graph::packed_matmul_supports(split->weights().layers[0].ffn_gate->type,
+                                                         split->weights().layers[0].ffn_gate->ne, 2) &&
+                           !holds_amx(*split);
+        EXPECT_EQ(l.ffn_gate_up != nullptr, packs);
+        EXPECT_EQ(l.ffn_gate == nullptr, packs);
+        if (packs) {
+            EXPECT_TRUE(fused->weights().is_packed(l.ffn_gate_up));
+        }
+        EXPECT_EQ(split->weights().layers[0].ffn_gate_up, nullptr);
+        auto tokens = fixture_tokens(name);
+        EXPECT_EQ(batched_logits(*fused, tokens), batched_logits(*split, tokens));
+        EXPECT_EQ(fused->read_weight("blk.0.ffn_up.weight"), split->read_weight("blk.0.ffn_up.weight"));
+        EXPECT_FALSE(fused->has_weight("blk.0.ffn_gate_up.weight"));
+    }
+}
+
 // A tied output projection gets its own copy in a faster kernel's layout
 // where one exists, while the embedding lookup keeps the mapped tensor; the
 // model still reads back and behaves as tied.

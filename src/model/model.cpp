@@ -306,28 +306,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         entries.push_back(std::move(e));
     }
 
-    // 2. Fuse projections one matmul can compute together: Q|K|V everywhere;
-    // gate|up for a block on an offload device, where a decode step is
-    // mostly kernel launches (on an H200 fusing Q|K|V took decoding from
-    // llama.cpp's speed to 1.2-1.3x; gate|up then added 1-18% on a model
-    // where only they fuse: BENCHMARKS.md). On the CPU gate and up stay
-    // apart: fused, ggml's AMX prompt kernel ran 5-16% slower on the wide
-    // result.
+    // 2. Where a matrix's kernel is: a block's on its device when the model
+    // is split (model/split.h); on the CPU, the first extra buffer type whose
+    // kernel takes the matrix, else toy's packed layout where its kernel takes
+    // it, else in place in the mapping, else a copy (step 4).
     m->split_ = plan_split(opts.split, c.n_layer);
-    if (opts.fuse) {
-        for (int il = 0; il < c.n_layer; ++il) {
-            LayerWeights &l = m->w_.layers[il];
-            fuse_rows(entries, {&l.wq, &l.wk, &l.wv}, &l.wqkv, fmt::format("blk.{}.attn_qkv.weight", il));
-            fuse_rows(entries, {&l.bq, &l.bk, &l.bv}, &l.bqkv, fmt::format("blk.{}.attn_qkv.bias", il));
-            if (m->split_.device_of(il, false)) {
-                fuse_rows(entries, {&l.ffn_gate, &l.ffn_up}, &l.ffn_gate_up, fmt::format("blk.{}.ffn_gate_up.weight", il));
-            }
-        }
-    }
-
-    // 3. Choose where each tensor lives: a block's on its device when the
-    // model is split (model/split.h); on the CPU, the first extra buffer type
-    // whose kernel takes the matrix, else in place in the mapping, else a copy.
     Weights &w = m->w_;
     auto device_of = [&](const Entry &e) { return m->split_.device_of(e.layer, w.is_head_slot(e.slot)); };
     const std::vector<ggml_backend_buffer_type_t> extra_bufts =
@@ -358,6 +341,33 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
         return nullptr;
     };
+    // 3. Fuse projections one matmul can compute together: Q|K|V everywhere;
+    // gate|up for a block on an offload device, where a decode step is
+    // mostly kernel launches (on an H200 fusing Q|K|V took decoding from
+    // llama.cpp's speed to 1.2-1.3x; gate|up then added 1-18% on a model
+    // where only they fuse: BENCHMARKS.md), and on the CPU where toy's packed
+    // kernel takes them: one product and its thread barrier fewer per block
+    // (SmolLM2 Q8_0 on Zen 3: pp512 591 -> 607, tg64 187 -> 190 t/s, medians
+    // of alternating runs). Not into ggml's AMX buffer, whose prompt kernel
+    // ran 5-16% slower on the wide result.
+    auto fuses_gate_up = [&](int il) {
+        if (m->split_.device_of(il, false)) return true;
+        const LayerWeights &l = w.layers[il];
+        auto gate = std::find_if(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &l.ffn_gate; });
+        return gate != entries.end() && packed_for(*gate) && !extra_for(*gate);
+    };
+    if (opts.fuse) {
+        for (int il = 0; il < c.n_layer; ++il) {
+            LayerWeights &l = w.layers[il];
+            fuse_rows(entries, {&l.wq, &l.wk, &l.wv}, &l.wqkv, fmt::format("blk.{}.attn_qkv.weight", il));
+            fuse_rows(entries, {&l.bq, &l.bk, &l.bv}, &l.bqkv, fmt::format("blk.{}.attn_qkv.bias", il));
+            if (fuses_gate_up(il)) {
+                fuse_rows(entries, {&l.ffn_gate, &l.ffn_up}, &l.ffn_gate_up, fmt::format("blk.{}.ffn_gate_up.weight", il));
+            }
+        }
+    }
+
+    // 4. Place each tensor.
     const bool tied = std::none_of(entries.begin(), entries.end(), [&](const Entry &e) { return e.slot == &w.output; });
     if (tied) {
         // A tied output projection reads the whole embedding every token,
@@ -420,7 +430,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     w.tied_output = tied;
     if (!w.output) w.output = w.tok_embd;
 
-    // 4. Bind: mapped tensors in place, then one buffer per buffer type of
+    // 5. Bind: mapped tensors in place, then one buffer per buffer type of
     // its own (binding selects the layout, setting the bytes converts them),
     // then one plain buffer for the remaining copies.
     bool any_mapped = false;

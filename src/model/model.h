@@ -42,11 +42,11 @@ struct LoadOptions {
     // are copied out of the mapping.
     bool repack = true;
     // One matmul for Q|K|V where the parts share a type: fewer, larger matrix
-    // products per layer (same results, row by row). Gate and up likewise,
-    // but only in a block on an offload device (a GPU decodes at the speed
-    // of its kernel launches); on the CPU they stay apart: fused, ggml's AMX
-    // prompt kernel ran 5-16% slower on the wide result (BENCHMARKS.md) and
-    // decoding gained nothing measurable.
+    // products per layer (same results, row by row). Gate and up likewise
+    // in a block on an offload device (a GPU decodes at the speed of its
+    // kernel launches) and on the CPU where toy's packed kernel takes them,
+    // not into ggml's AMX buffer, whose prompt kernel ran 5-16% slower on
+    // the wide result (BENCHMARKS.md).
     bool fuse = true;
     // Transparent huge pages for the copied weights (advise_huge_pages in
     // model.cpp): decoding streams every weight each token and 2 MiB pages
