@@ -367,30 +367,6 @@ TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
 
 namespace {
 
-TEST(Model, FusedProjectionsGiveIdenticalLogits) {
-    for (const std::string name : {"qwen2.f32", "llama-256.q8_0", "gemma2.f32", "olmoe.f32"}) {
-        SCOPED_TRACE(name);
-        LoadOptions separate;
-        separate.fuse = false;
-        auto fused = Model::load(test::fixture_path(name + ".gguf"));
-        auto split = Model::load(test::fixture_path(name + ".gguf"), separate);
-        const LayerWeights &l = fused->weights().layers[0];
-        EXPECT_NE(l.wqkv, nullptr);
-        EXPECT_EQ(l.wq, nullptr);
-        EXPECT_EQ(split->weights().layers[0].wqkv, nullptr);
-        auto tokens = fixture_tokens(name);
-        EXPECT_EQ(batched_logits(*fused, tokens), batched_logits(*split, tokens));
-        // the file's names still read back
-        EXPECT_TRUE(fused->has_weight("blk.0.attn_k.weight"));
-        EXPECT_EQ(fused->read_weight("blk.0.attn_k.weight"), split->read_weight("blk.0.attn_k.weight"));
-        EXPECT_FALSE(fused->has_weight("blk.0.attn_qkv.weight"));
-    }
-}
-
-}  // namespace
-
-namespace {
-
 // Which buffer type holds a bound weight ("CPU_Mapped", "AMX", "CPU_REPACK", ...).
 std::string buffer_of(const Model &m, const std::string &name) {
     for (const ggml_tensor *t : m.bound_tensors()) {
@@ -406,6 +382,42 @@ bool holds_amx(const Model &m) {
         if (name == "AMX" && bytes > 0) return true;
     return false;
 }
+
+// Q|K|V fuse everywhere; gate and up on the CPU where toy's packed kernel
+// takes them (not where ggml's AMX buffer would): the same logits, the
+// file's names still read back.
+TEST(Model, FusedProjectionsGiveIdenticalLogits) {
+    for (const std::string name : {"qwen2.f32", "llama-256.q8_0", "llama-untied.f16", "gemma2.f32", "olmoe.f32"}) {
+        SCOPED_TRACE(name);
+        LoadOptions separate;
+        separate.fuse = false;
+        auto fused = Model::load(test::fixture_path(name + ".gguf"));
+        auto split = Model::load(test::fixture_path(name + ".gguf"), separate);
+        const LayerWeights &l = fused->weights().layers[0];
+        EXPECT_NE(l.wqkv, nullptr);
+        EXPECT_EQ(l.wq, nullptr);
+        EXPECT_EQ(split->weights().layers[0].wqkv, nullptr);
+        const ggml_tensor *gate = split->weights().layers[0].ffn_gate;
+        const bool packs = gate && std::string_view(graph::packed_kernels_name()) != "none" &&
+                           graph::packed_matmul_supports(gate->type, gate->ne, 2) && !holds_amx(*split);
+        EXPECT_EQ(l.ffn_gate_up != nullptr, packs);
+        EXPECT_EQ(split->weights().layers[0].ffn_gate_up, nullptr);
+        if (packs) {
+            EXPECT_TRUE(fused->weights().is_packed(l.ffn_gate_up));
+            EXPECT_EQ(fused->read_weight("blk.0.ffn_up.weight"), split->read_weight("blk.0.ffn_up.weight"));
+        }
+        auto tokens = fixture_tokens(name);
+        EXPECT_EQ(batched_logits(*fused, tokens), batched_logits(*split, tokens));
+        // the file's names still read back
+        EXPECT_TRUE(fused->has_weight("blk.0.attn_k.weight"));
+        EXPECT_EQ(fused->read_weight("blk.0.attn_k.weight"), split->read_weight("blk.0.attn_k.weight"));
+        EXPECT_FALSE(fused->has_weight("blk.0.attn_qkv.weight"));
+    }
+}
+
+}  // namespace
+
+namespace {
 
 // On CPUs with AMX the pinned ggml's tile kernel is built with the corrected
 // tile-config operand (cmake/amx_tile_config.h); before that, any quantized
@@ -440,34 +452,6 @@ TEST(Model, F16AndKQuantMatricesTakeToysKernelBeforeAmx) {
             packed += m->weights().is_packed(t);
         }
         EXPECT_GT(packed, 0) << fixture;
-    }
-}
-
-// On the CPU gate and up fuse into one matrix where toy's packed kernel takes
-// it (not where ggml's AMX buffer would): one product fewer per block, the
-// same logits, the file's names still read back.
-TEST(Model, GateAndUpFuseWhereToysKernelTakesThem) {
-    for (const std::string name : {"llama-256.q8_0", "llama-untied.f16", "qwen2.f32"}) {
-        SCOPED_TRACE(name);
-        LoadOptions separate;
-        separate.fuse = false;
-        auto fused = Model::load(test::fixture_path(name + ".gguf"));
-        auto split = Model::load(test::fixture_path(name + ".gguf"), separate);
-        const LayerWeights &l = fused->weights().layers[0];
-        const bool packs = std::string_view(graph::packed_kernels_name()) != "none" &&
-                           graph::packed_matmul_supports(split->weights().layers[0].ffn_gate->type,
-                                                         split->weights().layers[0].ffn_gate->ne, 2) &&
-                           !holds_amx(*split);
-        EXPECT_EQ(l.ffn_gate_up != nullptr, packs);
-        EXPECT_EQ(l.ffn_gate == nullptr, packs);
-        if (packs) {
-            EXPECT_TRUE(fused->weights().is_packed(l.ffn_gate_up));
-        }
-        EXPECT_EQ(split->weights().layers[0].ffn_gate_up, nullptr);
-        auto tokens = fixture_tokens(name);
-        EXPECT_EQ(batched_logits(*fused, tokens), batched_logits(*split, tokens));
-        EXPECT_EQ(fused->read_weight("blk.0.ffn_up.weight"), split->read_weight("blk.0.ffn_up.weight"));
-        EXPECT_FALSE(fused->has_weight("blk.0.ffn_gate_up.weight"));
     }
 }
 
