@@ -244,12 +244,20 @@ struct Added {
     bool special = false;
 };
 
+// A token id: a JSON integer in 0..INT32_MAX (a float such as 1e85 is not
+// converted: that would be undefined), else a one-line error naming `what`.
+int64_t token_id(const json &v, const std::string &path, const std::string &what) {
+    if (!v.is_number_integer()) fail("{}: {} has id {}, expected an integer 0..{}", path, what, v.dump(), INT32_MAX);
+    const int64_t id = v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t)INT32_MAX ? -1 : v.get<int64_t>();
+    if (id < 0 || id > (int64_t)INT32_MAX) fail("{}: {} has id {}, expected 0..{}", path, what, v.dump(), INT32_MAX);
+    return id;
+}
+
 std::map<int64_t, Added> added_tokens(const json &tj, const std::string &path) {
     std::map<int64_t, Added> m;
     for (const auto &a : tj.value("added_tokens", json::array())) {
         if (!a.contains("id") || !a.contains("content")) continue;
-        const int64_t id = a["id"].get<int64_t>();
-        if (id < 0 || id > (int64_t)INT32_MAX) fail("{}: added token '{}' has id {}, expected 0..{}", path, a["content"].get<std::string>(), id, INT32_MAX);
+        const int64_t id = token_id(a["id"], path, "added token '" + (a["content"].is_string() ? a["content"].get<std::string>() : a["content"].dump()) + "'");
         m[id] = {a["content"].get<std::string>(), a.value("special", false)};
     }
     return m;
@@ -265,8 +273,7 @@ TokenList read_tokenizer_json(const std::string &path, const json &tj, int64_t n
     const auto added = added_tokens(tj, path);
     int64_t max_id = -1;
     for (const auto &[tok, id] : model["vocab"].items()) {
-        if (id.get<int64_t>() < 0 || id.get<int64_t>() > (int64_t)INT32_MAX) fail("{}: token '{}' has id {}, expected 0..{}", path, tok, id.get<int64_t>(), INT32_MAX);
-        max_id = std::max(max_id, id.get<int64_t>());
+        max_id = std::max(max_id, token_id(id, path, "token '" + tok + "'"));
     }
     for (const auto &[id, a] : added) max_id = std::max(max_id, id);
     const int64_t n = std::max(n_vocab, max_id + 1);
@@ -434,6 +441,7 @@ void add_tokenizer(const std::string &dir, const json &config, int64_t n_vocab, 
         if (fs::exists(d / "added_tokens.json")) {
             const json a = read_json_file((d / "added_tokens.json").string());
             for (const auto &[text, id] : a.items()) {
+                if (!id.is_number_integer()) continue;
                 const int64_t i = id.get<int64_t>();
                 if (i < 0 || (n_vocab > 0 && i >= n_vocab)) continue;
                 if ((size_t)i >= t.tokens.size()) t.resize((size_t)i + 1, -1000.0f);
