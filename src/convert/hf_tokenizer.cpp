@@ -248,9 +248,10 @@ struct Added {
 // converted: that would be undefined), else a one-line error naming `what`.
 int64_t token_id(const json &v, const std::string &path, const std::string &what) {
     if (!v.is_number_integer()) fail("{}: {} has id {}, expected an integer 0..{}", path, what, v.dump(), INT32_MAX);
-    const int64_t id = v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t)INT32_MAX ? -1 : v.get<int64_t>();
-    if (id < 0 || id > (int64_t)INT32_MAX) fail("{}: {} has id {}, expected 0..{}", path, what, v.dump(), INT32_MAX);
-    return id;
+    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= (uint64_t)INT32_MAX
+                                                 : v.get<int64_t>() >= 0 && v.get<int64_t>() <= (int64_t)INT32_MAX;
+    if (!in_range) fail("{}: {} has id {}, expected 0..{}", path, what, v.dump(), INT32_MAX);
+    return v.get<int64_t>();
 }
 
 std::map<int64_t, Added> added_tokens(const json &tj, const std::string &path) {
