@@ -11,6 +11,9 @@
 
 #include <ggml-cpu.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string_view>
 
 using namespace toy;
@@ -137,6 +140,34 @@ TEST(Model, HugePagesCopyTheMatricesThatWouldStayMapped) {
     const auto want = batched_logits(*off, tokens);
     EXPECT_EQ(batched_logits(*on, tokens), want);
     EXPECT_EQ(batched_logits(*no_repack, tokens), want);
+}
+
+// What a load copies it reads once from the mapping and releases: those pages
+// are mapped small (a 2 MiB page-cache folio mapped whole would stay resident
+// with its neighbours). With --no-mmap every byte is copied, so every part of
+// the mapping is marked.
+TEST(Model, CopiedSourcesAreMappedInSmallPages) {
+    if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) GTEST_SKIP() << "no transparent huge pages here";
+    const std::string path = std::filesystem::canonical(test::fixture_path("llama-untied.f32.gguf")).string();
+    LoadOptions o;
+    o.use_mmap = false;
+    auto m = Model::load(path, o);
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line;
+    bool in_file = false;
+    int areas = 0, small = 0;
+    while (std::getline(smaps, line)) {
+        const std::string range = line.substr(0, line.find(' '));  // "start-end" begins an area, "Name:" a field
+        const bool header = range.find('-') != std::string::npos && range.find(':') == std::string::npos;
+        if (header) {
+            in_file = line.ends_with(" " + path);
+            areas += in_file;
+        } else if (in_file && line.starts_with("VmFlags:")) {
+            small += (line + " ").find(" nh ") != std::string::npos;
+        }
+    }
+    EXPECT_GT(areas, 0) << path << " is not mapped";
+    EXPECT_EQ(small, areas);
 }
 
 TEST(Model, RequantizeToQ8) {

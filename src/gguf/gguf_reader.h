@@ -102,6 +102,14 @@ public:
     // needed now (after their bytes were copied elsewhere): they leave the
     // resident set and are read from the file again if touched.
     void release(const void *p, size_t n) const;
+    // Marks [p, p+n) as bytes that will be read once, copied elsewhere and
+    // then released: they and the rest of the 2 MiB blocks they touch are
+    // mapped in 4 KiB pages. Call it before touching them. A file read with
+    // read() (copied, downloaded, checksummed) sits in the page cache in
+    // 2 MiB folios, which the kernel otherwise maps whole on the first touch
+    // of any byte, so that release() returns nothing of them while a
+    // neighbour (a norm left mapped) is in use.
+    void will_copy(const void *p, size_t n) const;
 
     // ---- metadata ----
     const std::vector<KeyValue> &metadata() const { return kv_; }

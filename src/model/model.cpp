@@ -510,7 +510,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     }
     // Fill the copies largest first, releasing each source's mapped pages
     // right after: the peak resident set is then the copies plus at most one
-    // source (the largest before the copies grow, not after).
+    // source (the largest before the copies grow, not after). The sources are
+    // mapped in small pages for that (gguf::File::will_copy).
     std::vector<const Plan *> to_fill;
     for (const Plan &p : plans) {
         if (!p.zero_copy) to_fill.push_back(&p);
@@ -518,7 +519,10 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     std::stable_sort(to_fill.begin(), to_fill.end(),
                      [](const Plan *a, const Plan *b) { return ggml_nbytes(a->t) > ggml_nbytes(b->t); });
     uint64_t fill_bytes = 0;
-    for (const Plan *pp : to_fill) fill_bytes += ggml_nbytes(pp->t);
+    for (const Plan *pp : to_fill) {
+        fill_bytes += ggml_nbytes(pp->t);
+        for (size_t i = 0; i < pp->e->src.parts.size(); ++i) f.will_copy(pp->e->src.parts[i], pp->e->src.part_bytes[i]);
+    }
     Progress progress("loading " + std::filesystem::path(f.path()).filename().string(), fill_bytes);
     for (const Plan *pp : to_fill) {
         const Plan &p = *pp;
