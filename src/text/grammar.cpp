@@ -500,7 +500,7 @@ struct GrammarState::Cache {
     int32_t node(uint32_t pos, int32_t parent) {
         if (g.elements()[pos].kind == Kind::End) return parent;
         const uint64_t key = (uint64_t)pos << 32 | (uint32_t)parent;
-        auto [it, added] = node_ids.emplace(key, (int32_t)nodes.size());
+        auto [it, added] = node_ids.try_emplace(key, (int32_t)nodes.size());
         if (added) nodes.push_back({pos, parent});
         return it->second;
     }
@@ -532,7 +532,7 @@ struct GrammarState::Cache {
                  "can match the same text in many ways); write it so that each text has one reading",
                  kMaxStacks);
         }
-        auto [it, added] = set_ids.emplace(stacks, (int32_t)sets.size());
+        auto [it, added] = set_ids.try_emplace(stacks, (int32_t)sets.size());
         if (added) sets.push_back(std::move(stacks));
         return it->second;
     }
