@@ -4,6 +4,7 @@
 //   -> per tensor: type (llama.cpp's rules), initializer -> streamed write.
 #include "model/init.h"
 
+#include "core/hash.h"
 #include "core/parallel.h"
 #include "gguf/gguf_writer.h"
 #include "model/weights.h"
@@ -366,12 +367,6 @@ uint64_t splitmix64(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
-}
-
-uint64_t fnv1a(const std::string &s) {
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
-    return h;
 }
 
 // Standard normal values by Box-Muller over mt19937_64 (the same sequence on

@@ -2,6 +2,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/memory.h"
 #include "model/export.h"
 #include "train/checkpoint.h"
@@ -34,14 +35,12 @@ E enum_from(const std::string &s, std::initializer_list<std::pair<const char *, 
 
 // FNV-1a over the windows' tokens and masks (63 bits: stored as a GGUF integer).
 uint64_t hash_windows(const std::vector<Window> &ws) {
+    // FNV's offset basis short of its last digit, as checkpoints have always
+    // stored this hash: kept so that they resume
     uint64_t h = 1469598103934665603ull;
-    auto mix = [&](const void *p, size_t n) {
-        const auto *b = static_cast<const uint8_t *>(p);
-        for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-    };
     for (const Window &w : ws) {
-        mix(w.tokens.data(), w.tokens.size() * sizeof(int32_t));
-        mix(w.mask.data(), w.mask.size());
+        h = fnv1a_bytes(w.tokens.data(), w.tokens.size() * sizeof(int32_t), h);
+        h = fnv1a_bytes(w.mask.data(), w.mask.size(), h);
     }
     return h >> 1;
 }
