@@ -12,6 +12,7 @@
 #include <ggml-cpu.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string_view>
@@ -549,6 +550,130 @@ TEST(Model, HugePagesChangeNoLogits) {
 // how long it takes is the machine's business, not the test's.
 TEST(Model, FaultInProbeTimesFreshMemory) {
     for (bool huge : {false, true}) EXPECT_GE(fault_in_seconds(size_t(4) << 20, huge), 0.0) << huge;
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<std::filesystem::path> pack_files(const test::TempDir &dir) {
+    std::vector<std::filesystem::path> out;
+    for (const auto &e : std::filesystem::directory_iterator(dir.path / "packed")) {
+        if (e.path().extension() == ".toypack") out.push_back(e.path());
+    }
+    return out;
+}
+
+// --pack-cache: the first load packs and writes the cache; later loads map
+// it (or read it, without mmap) and pack nothing, with logits identical to
+// a packing load's bit for bit.
+TEST(Model, PackCacheServesLaterLoads) {
+    const std::string name = "llama-256.q8_0";
+    if (std::string(graph::packed_kernels_name()) == "none") GTEST_SKIP() << "no packed kernels on this CPU";
+    test::TempDir dir;
+    LoadOptions o;
+    o.pack_cache_dir = dir.file("packed");
+    const std::string path = test::fixture_path(name + ".gguf");
+    const auto tokens = fixture_tokens(name);
+    auto plain = Model::load(path);
+    ASSERT_GT(plain->repacked_bytes(), 0u);
+    const std::vector<float> want = batched_logits(*plain, tokens);
+
+    auto first = Model::load(path, o);
+    EXPECT_FALSE(first->packed_from_cache());
+    ASSERT_EQ(pack_files(dir).size(), 1u);
+    EXPECT_EQ(batched_logits(*first, tokens), want);
+
+    auto second = Model::load(path, o);
+    EXPECT_TRUE(second->packed_from_cache());
+    bool mapped = false;
+    for (const auto &[buf, bytes] : second->placement()) mapped |= buf == "TOY_PACKED (mapped cache)" && bytes > 0;
+    EXPECT_TRUE(mapped);
+    EXPECT_EQ(batched_logits(*second, tokens), want);
+
+    o.use_mmap = false;  // read into memory instead
+    auto copied = Model::load(path, o);
+    EXPECT_TRUE(copied->packed_from_cache());
+    EXPECT_EQ(batched_logits(*copied, tokens), want);
+    EXPECT_EQ(pack_files(dir).size(), 1u);
+
+    // other options that change the packed tensors: a file of their own
+    LoadOptions unfused = o;
+    unfused.fuse = false;
+    auto other = Model::load(path, unfused);
+    EXPECT_FALSE(other->packed_from_cache());
+    EXPECT_EQ(pack_files(dir).size(), 2u);
+    EXPECT_TRUE(Model::load(path, unfused)->packed_from_cache());
+}
+
+// A cache file that is not exactly the load's (the model rewritten, the
+// file truncated, a byte of its header or description changed) is a miss:
+// the load packs again and replaces it. A directory that cannot be written
+// costs the cache, not the load.
+TEST(Model, PackCacheIgnoresStaleAndBrokenFiles) {
+    const std::string name = "llama-256.q8_0";
+    if (std::string(graph::packed_kernels_name()) == "none") GTEST_SKIP() << "no packed kernels on this CPU";
+    test::TempDir dir;
+    const std::string path = dir.file("model.gguf");
+    std::filesystem::copy_file(test::fixture_path(name + ".gguf"), path);
+    LoadOptions o;
+    o.pack_cache_dir = dir.file("packed");
+    const auto tokens = fixture_tokens(name);
+    const std::vector<float> want = batched_logits(*Model::load(path), tokens);
+    ASSERT_FALSE(Model::load(path, o)->packed_from_cache());
+    ASSERT_TRUE(Model::load(path, o)->packed_from_cache());
+    const std::filesystem::path cache = pack_files(dir).at(0);
+    const auto cache_size = std::filesystem::file_size(cache);
+
+    auto expect_miss_then_hit = [&](const std::string &what) {
+        auto m = Model::load(path, o);
+        EXPECT_FALSE(m->packed_from_cache()) << what;
+        EXPECT_EQ(batched_logits(*m, tokens), want) << what;
+        EXPECT_EQ(pack_files(dir), std::vector<std::filesystem::path>{cache}) << what;  // replaced, not added
+        EXPECT_EQ(std::filesystem::file_size(cache), cache_size) << what;
+        EXPECT_TRUE(Model::load(path, o)->packed_from_cache()) << what;
+    };
+    // the model file touched (a new version in place)
+    std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::hours(1));
+    expect_miss_then_hit("model rewritten");
+    std::filesystem::resize_file(cache, cache_size - 1);
+    expect_miss_then_hit("truncated");
+    auto flip = [&](size_t at) {
+        std::fstream f(cache, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg((std::streamoff)at);
+        char c = 0;
+        f.get(c);
+        f.seekp((std::streamoff)at);
+        f.put((char)(c ^ 0x20));
+    };
+    flip(0);
+    expect_miss_then_hit("magic");
+    flip(8);  // the key's length
+    expect_miss_then_hit("key length");
+    flip(200);  // inside the description
+    expect_miss_then_hit("description");
+    std::filesystem::remove(cache);
+    expect_miss_then_hit("missing");
+
+    // a directory that cannot be made: the load still packs and runs
+    LoadOptions blocked = o;
+    blocked.pack_cache_dir = path + "/packed";  // under a regular file
+    auto m = Model::load(path, blocked);
+    EXPECT_FALSE(m->packed_from_cache());
+    EXPECT_EQ(batched_logits(*m, tokens), want);
+}
+
+// The flag: the same tokens from a packing run and a mapping one (greedy).
+TEST(Model, PackCacheFlagGivesTheSameText) {
+    if (std::string(graph::packed_kernels_name()) == "none") GTEST_SKIP() << "no packed kernels on this CPU";
+    test::TempDir dir;
+    const std::string cmd = "run -m " + test::fixture_path("llama-256.q8_0.gguf") +
+                            " --tokens 1,2,3 -n 12 --temp 0 --pack-cache " + dir.file("packed");
+    const test::CommandResult a = test::run_toy(cmd), b = test::run_toy(cmd);
+    ASSERT_EQ(a.code, 0) << a.err;
+    ASSERT_EQ(b.code, 0) << b.err;
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(pack_files(dir).size(), 1u);
 }
 
 }  // namespace

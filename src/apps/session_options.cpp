@@ -138,6 +138,10 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
                    "transparent huge pages for copied weights, with the matrices that would stay mapped copied onto them too: "
                    "on, off, auto (on, unless a VM hands free memory back to its host and a probe finds 2 MiB pages "
                    "fault in slower than 4 KiB ones)");
+    app.add_option("--pack-cache", pack_cache,
+                   "keep the matrices packed for toy's CPU kernels in this directory (one file per model and "
+                   "options, about the model's size) and map them from there on later loads: no packing, "
+                   "memory shared between processes");
     app.add_option("--weight-type", weight_type,
                    "convert F32/F16 linear weights at load: q8_0, or bf16 (faster prompts on AVX512_BF16 CPUs, "
                    "bfloat16 precision)");
@@ -159,6 +163,7 @@ LoadOptions ModelFlags::load_options() const {
     o.repack = !no_repack;
     o.fuse = !no_fuse;
     o.huge_pages = parse_on_off_auto<HugePages>(hugepages, "--hugepages");
+    o.pack_cache_dir = pack_cache;
     if (weight_type.empty()) {
         o.weight_type = GGML_TYPE_COUNT;
     } else if (weight_type == "q8_0") {

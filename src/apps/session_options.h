@@ -58,6 +58,7 @@ struct ModelFlags {
     bool no_repack = false;
     bool no_fuse = false;
     std::string hugepages = "auto";
+    std::string pack_cache;    // --pack-cache DIR, or ""
     std::string weight_type;   // "" or q8_0
     int64_t n_ctx = 0;
     int64_t n_batch = 2048;

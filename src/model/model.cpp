@@ -6,6 +6,7 @@
 #include "core/progress.h"
 #include "core/remote_wait.h"
 #include "graph/packed_matmul.h"
+#include "model/pack_cache.h"
 
 #include <ggml-alloc.h>
 
@@ -485,22 +486,36 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
     }
     allocating.reset();
+    // The packed matrices, one after another in one buffer: fresh memory they
+    // are packed into, or (--pack-cache) a file that holds them packed.
+    std::vector<PackCache::Tensor> packed_tensors;
     size_t packed_size = 0;
-    auto packed_bytes = [](const ggml_tensor *t) { return graph::packed_size(t->type, t->ne[0], t->ne[1]); };
-    for (const Plan &p : plans) packed_size += p.packed ? GGML_PAD(packed_bytes(p.t), kPackedAlign) : 0;
-    if (packed_size > 0) {
+    for (const Plan &p : plans) {
+        if (!p.packed) continue;
+        packed_tensors.push_back({p.e->name, p.t->type, p.t->ne[0], p.t->ne[1], packed_size});
+        packed_size += GGML_PAD(graph::packed_size(p.t->type, p.t->ne[0], p.t->ne[1]), kPackedAlign);
+    }
+    std::optional<PackCache> cache;
+    if (packed_size > 0 && !opts.pack_cache_dir.empty()) cache.emplace(opts.pack_cache_dir, f.path(), packed_tensors, packed_size);
+    if (cache && opts.use_mmap && (m->packed_map_ = cache->map(want_huge_pages(opts.huge_pages)))) {
+        m->packed_buf_ = ggml_backend_cpu_buffer_from_ptr(const_cast<void *>(m->packed_map_->data()), packed_size);
+        if (!m->packed_buf_) fail("{}: could not wrap the packed weights of {} in a ggml buffer", f.path(), cache->path());
+        m->packed_cached_ = true;
+    } else if (packed_size > 0) {
         m->packed_buf_ = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), packed_size);
         if (!m->packed_buf_) fail("{}: could not allocate {} bytes for packed weights", f.path(), packed_size);
-        ggml_backend_buffer_set_usage(m->packed_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         advise_huge_pages(m->packed_buf_, opts.huge_pages);
+        m->packed_cached_ = cache && cache->read_into(ggml_backend_buffer_get_base(m->packed_buf_));
+    }
+    if (m->packed_buf_) {
+        ggml_backend_buffer_set_usage(m->packed_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         auto *base = static_cast<uint8_t *>(ggml_backend_buffer_get_base(m->packed_buf_));
-        size_t at = 0;
+        size_t i = 0;
         for (const Plan &p : plans) {
             if (!p.packed) continue;
-            if (ggml_backend_tensor_alloc(m->packed_buf_, p.t, base + at) != GGML_STATUS_SUCCESS) {
+            if (ggml_backend_tensor_alloc(m->packed_buf_, p.t, base + packed_tensors[i++].offset) != GGML_STATUS_SUCCESS) {
                 fail("{}: could not bind tensor '{}' in the packed buffer", f.path(), p.e->name);
             }
-            at += GGML_PAD(packed_bytes(p.t), kPackedAlign);
         }
     }
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
@@ -514,7 +529,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // mapped in small pages for that (gguf::File::will_copy).
     std::vector<const Plan *> to_fill;
     for (const Plan &p : plans) {
-        if (!p.zero_copy) to_fill.push_back(&p);
+        if (!p.zero_copy && !(p.packed && m->packed_cached_)) to_fill.push_back(&p);
     }
     std::stable_sort(to_fill.begin(), to_fill.end(),
                      [](const Plan *a, const Plan *b) { return ggml_nbytes(a->t) > ggml_nbytes(b->t); });
@@ -548,6 +563,14 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         }
         for (size_t i = 0; i < p.e->src.parts.size(); ++i) f.release(p.e->src.parts[i], p.e->src.part_bytes[i]);
         progress.add(ggml_nbytes(p.t));
+    }
+    if (cache && !m->packed_cached_) {
+        // a cache that cannot be written costs the next load its time, not this one its result
+        try {
+            cache->store(ggml_backend_buffer_get_base(m->packed_buf_));
+        } catch (const Error &e) {
+            std::fprintf(stderr, "toy: warning: packed weights not kept: %s\n", e.what());
+        }
     }
     return m;
 }
@@ -621,7 +644,7 @@ std::vector<std::pair<std::string, size_t>> Model::placement() const {
     }
     for (auto *b : extra_bufs_) out.emplace_back(ggml_backend_buffer_name(b), ggml_backend_buffer_get_size(b));
     for (auto *b : device_bufs_) out.emplace_back(ggml_backend_buffer_name(b), ggml_backend_buffer_get_size(b));
-    if (packed_buf_) out.emplace_back("TOY_PACKED", ggml_backend_buffer_get_size(packed_buf_));
+    if (packed_buf_) out.emplace_back(packed_map_ ? "TOY_PACKED (mapped cache)" : "TOY_PACKED", ggml_backend_buffer_get_size(packed_buf_));
     if (copy_buf_) out.emplace_back(ggml_backend_buffer_name(copy_buf_), ggml_backend_buffer_get_size(copy_buf_));
     return out;
 }

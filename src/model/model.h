@@ -13,6 +13,7 @@
 
 #include "gguf/gguf_reader.h"
 #include "model/config.h"
+#include "model/pack_cache.h"
 #include "model/split.h"
 #include "model/weights.h"
 
@@ -57,6 +58,11 @@ struct LoadOptions {
     // in again (loading took 0.7-1.7 s longer on one such VM; on another,
     // huge pages faulted in faster and decoding gained 4-20%).
     HugePages huge_pages = HugePages::Auto;
+    // A directory that keeps the matrices packed for toy's kernels between
+    // loads (model/pack_cache.h): empty for none. The first load packs and
+    // writes a file there; later loads of the same model with the same
+    // options map it (use_mmap) or read it, and pack nothing.
+    std::string pack_cache_dir;
     // Blocks on other devices (GPUs, RPC servers): copied into their memory,
     // never repacked. The default keeps everything on the CPU.
     SplitOptions split;
@@ -101,6 +107,8 @@ public:
     // projection's own copy counts too.
     std::vector<std::pair<std::string, size_t>> placement() const;
     bool per_head_checkpoint() const { return per_head_; }
+    // Whether the packed matrices came from LoadOptions::pack_cache_dir.
+    bool packed_from_cache() const { return packed_cached_; }
     // Which device holds each block and the output head (LoadOptions::split).
     const LayerSplit &split() const { return split_; }
 
@@ -124,6 +132,8 @@ private:
     std::vector<ggml_backend_buffer_t> extra_bufs_; // matrices in the CPU's AMX / repack layouts
     std::vector<ggml_backend_buffer_t> device_bufs_; // blocks split to other devices, one buffer each
     ggml_backend_buffer_t packed_buf_ = nullptr;    // matrices in toy's packed layout (Weights::packed)
+    std::unique_ptr<PackCache::Mapping> packed_map_; // the pack cache file packed_buf_ wraps, if it does
+    bool packed_cached_ = false;                     // packed_buf_'s bytes came from the pack cache
     bool per_head_ = false;
     LayerSplit split_;
     // every weight of the file by name: where its bytes are and what it is
