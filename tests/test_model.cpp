@@ -663,17 +663,25 @@ TEST(Model, PackCacheIgnoresStaleAndBrokenFiles) {
     EXPECT_EQ(batched_logits(*m, tokens), want);
 }
 
-// The flag: the same tokens from a packing run and a mapping one (greedy).
+// The flag (or $TOY_PACK_CACHE): the same tokens from a packing run and a
+// mapping one (greedy); --pack-cache "" turns the variable's cache off.
 TEST(Model, PackCacheFlagGivesTheSameText) {
     if (std::string(graph::packed_kernels_name()) == "none") GTEST_SKIP() << "no packed kernels on this CPU";
     test::TempDir dir;
-    const std::string cmd = "run -m " + test::fixture_path("llama-256.q8_0.gguf") +
-                            " --tokens 1,2,3 -n 12 --temp 0 --pack-cache " + dir.file("packed");
-    const test::CommandResult a = test::run_toy(cmd), b = test::run_toy(cmd);
-    ASSERT_EQ(a.code, 0) << a.err;
-    ASSERT_EQ(b.code, 0) << b.err;
-    EXPECT_EQ(a.out, b.out);
-    EXPECT_EQ(pack_files(dir).size(), 1u);
+    const std::string run = "run -m " + test::fixture_path("llama-256.q8_0.gguf") + " --tokens 1,2,3 -n 12 --temp 0";
+    const test::CommandResult plain = test::run_toy(run);
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    const std::string env = "TOY_PACK_CACHE=" + test::shell_quote(dir.file("packed")) + " ";
+    const std::string toy = test::shell_quote(test::toy_bin()) + " ";
+    const test::CommandResult off = test::run_command(env + toy + run + " --pack-cache ''");
+    ASSERT_EQ(off.code, 0) << off.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("packed")));
+    for (const std::string &cmd : {env + toy + run, toy + run + " --pack-cache " + dir.file("packed")}) {
+        const test::CommandResult r = test::run_command(cmd);
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_EQ(r.out, plain.out) << cmd;
+        EXPECT_EQ(pack_files(dir).size(), 1u) << cmd;
+    }
 }
 
 }  // namespace

@@ -141,7 +141,7 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("--pack-cache", pack_cache,
                    "keep the matrices packed for toy's CPU kernels in this directory (one file per model and "
                    "options, about the model's size) and map them from there on later loads: no packing, "
-                   "memory shared between processes");
+                   "memory shared between processes (default: $TOY_PACK_CACHE, if set; \"\" turns it off)");
     app.add_option("--weight-type", weight_type,
                    "convert F32/F16 linear weights at load: q8_0, or bf16 (faster prompts on AVX512_BF16 CPUs, "
                    "bfloat16 precision)");
@@ -163,7 +163,8 @@ LoadOptions ModelFlags::load_options() const {
     o.repack = !no_repack;
     o.fuse = !no_fuse;
     o.huge_pages = parse_on_off_auto<HugePages>(hugepages, "--hugepages");
-    o.pack_cache_dir = pack_cache;
+    const char *env = std::getenv("TOY_PACK_CACHE");
+    o.pack_cache_dir = pack_cache.value_or(env ? env : "");
     if (weight_type.empty()) {
         o.weight_type = GGML_TYPE_COUNT;
     } else if (weight_type == "q8_0") {

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace toy::cli {
@@ -58,7 +59,7 @@ struct ModelFlags {
     bool no_repack = false;
     bool no_fuse = false;
     std::string hugepages = "auto";
-    std::string pack_cache;    // --pack-cache DIR, or ""
+    std::optional<std::string> pack_cache;  // --pack-cache DIR ("": none), else $TOY_PACK_CACHE
     std::string weight_type;   // "" or q8_0
     int64_t n_ctx = 0;
     int64_t n_batch = 2048;
