@@ -568,6 +568,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         // a cache that cannot be written costs the next load its time, not this one its result
         try {
             cache->store(ggml_backend_buffer_get_base(m->packed_buf_));
+            std::fprintf(stderr, "toy: packed weights kept in %s (%.1f MiB) for later loads\n", cache->path().c_str(),
+                         packed_size / 1048576.0);
         } catch (const Error &e) {
             std::fprintf(stderr, "toy: warning: packed weights not kept: %s\n", e.what());
         }
