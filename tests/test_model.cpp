@@ -546,10 +546,13 @@ TEST(Model, HugePagesChangeNoLogits) {
 }
 
 // The probe behind --hugepages auto on VMs that report free pages maps,
-// touches and unmaps fresh memory either way (negative: the mapping failed);
-// how long it takes is the machine's business, not the test's.
+// touches and unmaps fresh memory either way, one time per request
+// (negative: the mapping failed); how long it takes is the machine's
+// business, not the test's.
 TEST(Model, FaultInProbeTimesFreshMemory) {
-    for (bool huge : {false, true}) EXPECT_GE(fault_in_seconds(size_t(4) << 20, huge), 0.0) << huge;
+    const std::vector<double> t = fault_in_seconds(size_t(4) << 20, {false, true, false});
+    ASSERT_EQ(t.size(), 3u);
+    for (double s : t) EXPECT_GE(s, 0.0);
 }
 
 }  // namespace

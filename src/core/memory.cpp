@@ -18,18 +18,26 @@ void advise_whole_blocks(const void *p, size_t n, size_t block, int advice) {
     if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, advice);
 }
 
-double fault_in_seconds(size_t n, bool huge) {
+std::vector<double> fault_in_seconds(size_t n, const std::vector<bool> &huge) {
     constexpr size_t kHuge = size_t(2) << 20;
     const size_t bytes = n + kHuge;
-    void *raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return -1.0;
-    auto *p = reinterpret_cast<volatile uint8_t *>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge);
-    madvise(const_cast<uint8_t *>(p), n, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (size_t o = 0; o < n; o += 4096) p[o] = 1;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    munmap(raw, bytes);
-    return s;
+    std::vector<void *> maps;
+    std::vector<double> out;
+    for (bool h : huge) {
+        void *raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw == MAP_FAILED) {
+            out.push_back(-1.0);
+            continue;
+        }
+        maps.push_back(raw);
+        auto *p = reinterpret_cast<volatile uint8_t *>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge);
+        madvise(const_cast<uint8_t *>(p), n, h ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (size_t o = 0; o < n; o += 4096) p[o] = 1;
+        out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    for (void *raw : maps) munmap(raw, bytes);
+    return out;
 }
 
 namespace {

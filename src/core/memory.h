@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace toy {
 
@@ -9,10 +10,14 @@ namespace toy {
 // size, or 2 MiB for huge pages.
 void advise_whole_blocks(const void *p, size_t n, size_t block, int advice);
 
-// Seconds to fault in `n` bytes of a fresh anonymous mapping (2 MiB-aligned),
-// advised into transparent huge pages or kept to 4 KiB pages; negative when
-// the mapping fails. What the first touch of a copied weight will cost.
-double fault_in_seconds(size_t n, bool huge);
+// Seconds to fault in `n` bytes of a fresh anonymous mapping (2 MiB-aligned)
+// for each entry of `huge`, in order: advised into transparent huge pages, or
+// kept to 4 KiB pages; negative where the mapping fails. What the first touch
+// of a copied weight will cost. Every mapping stays until all are timed, so
+// none is made of pages another one just gave back (which a VM's host still
+// backs: a 2 MiB page timed right after another was unmapped took 0.2 ms,
+// one from memory handed back to the host 6 ms).
+std::vector<double> fault_in_seconds(size_t n, const std::vector<bool> &huge);
 
 // The process's peak resident set so far (VmHWM), in bytes.
 size_t peak_rss_bytes();

@@ -126,17 +126,19 @@ bool free_pages_go_to_host() {
 // On a VM that hands free memory back to its host, whether fresh 2 MiB pages
 // fault in no slower than 4 KiB pages do right now: it depends on what the
 // host still backs (measured: 0.25-2.7 ms per 2 MiB huge, 1.2-1.6 ms small,
-// on one VM within a minute). 8 MiB of each, twice, the faster of each pair:
-// 10-40 ms once per process, and only on such VMs.
+// on one VM within a minute). 8 MiB of each, twice, the faster of each pair,
+// all four mapped at once (fault_in_seconds: no probe reuses the pages
+// another just gave back): 10-60 ms once per process, and only on such VMs.
+// A probe this small meets the memory the host still backs; a load of
+// hundreds of MiB runs past it: on the Zen 3 VM, 5 s after the last process,
+// the probe's huge pages took 0.2-2 ms per 2 MiB and the load's 6 ms, so
+// auto chose huge pages and one-shot runs took 1.7-2x as long as with
+// --hugepages off (BENCHMARKS.md; --pack-cache avoids the fresh memory).
 bool huge_pages_fault_in_cheaply() {
     constexpr size_t kProbe = size_t(8) << 20;
-    double huge = 1e9, small = 1e9;
-    for (int i = 0; i < 2; ++i) {
-        const double s = fault_in_seconds(kProbe, false), h = fault_in_seconds(kProbe, true);
-        if (s < 0 || h < 0) return false;
-        small = std::min(small, s), huge = std::min(huge, h);
-    }
-    return huge <= small;
+    const std::vector<double> t = fault_in_seconds(kProbe, {false, true, false, true});
+    if (std::any_of(t.begin(), t.end(), [](double s) { return s < 0; })) return false;
+    return std::min(t[1], t[3]) <= std::min(t[0], t[2]);
 }
 
 // Whether the CPU backend can multiply by a weight of this type and shape
