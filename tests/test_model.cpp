@@ -666,6 +666,38 @@ TEST(Model, PackCacheIgnoresStaleAndBrokenFiles) {
     EXPECT_EQ(batched_logits(*m, tokens), want);
 }
 
+// A write to the cache removes the entries of model files that are gone, and
+// the temporary files killed writers left; entries of other models and
+// files not of the cache stay.
+TEST(Model, PackCacheWriteRemovesOrphans) {
+    if (std::string(graph::packed_kernels_name()) == "none") GTEST_SKIP() << "no packed kernels on this CPU";
+    test::TempDir dir;
+    LoadOptions o;
+    o.pack_cache_dir = dir.file("packed");
+    const std::string gone = dir.file("gone.gguf"), kept = dir.file("kept.gguf");
+    std::filesystem::copy_file(test::fixture_path("llama-256.q8_0.gguf"), gone);
+    std::filesystem::copy_file(test::fixture_path("llama-256.q8_0.gguf"), kept);
+    Model::load(gone, o);
+    Model::load(kept, o);
+    auto entry_of = [&](const std::string &stem) {
+        for (const auto &p : pack_files(dir))
+            if (p.filename().string().starts_with(stem + ".")) return p;
+        return std::filesystem::path();
+    };
+    ASSERT_FALSE(entry_of("gone").empty());
+    ASSERT_FALSE(entry_of("kept").empty());
+    std::filesystem::remove(gone);
+    std::filesystem::remove(entry_of("kept"));  // so that the next load writes
+    const std::string stale_tmp = dir.file("packed/x.toypack.tmp.999999999.abcdef");  // no such process
+    const std::string other = dir.file("packed/notes.txt");
+    std::ofstream(stale_tmp) << "half";
+    std::ofstream(other) << "mine";
+    EXPECT_FALSE(Model::load(kept, o)->packed_from_cache());
+    EXPECT_EQ(pack_files(dir), std::vector<std::filesystem::path>{entry_of("kept")});
+    EXPECT_FALSE(std::filesystem::exists(stale_tmp));
+    EXPECT_TRUE(std::filesystem::exists(other));
+}
+
 // The flag (or $TOY_PACK_CACHE): the same tokens from a packing run and a
 // mapping one (greedy); --pack-cache "" turns the variable's cache off.
 TEST(Model, PackCacheFlagGivesTheSameText) {

@@ -154,6 +154,27 @@ void PackCache::store(const void *data) const {
     // (map()). Written and synced, so this only frees memory.
     Fd f(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
     if (f.fd >= 0) ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
+    remove_orphans();
+}
+
+void PackCache::remove_orphans() const {
+    remove_stale_temporaries(dir_, [](std::string_view target) { return target.ends_with(".toypack"); });
+    std::error_code ec;
+    for (const auto &e : std::filesystem::directory_iterator(dir_, ec)) {
+        if (e.path().extension() != ".toypack" || e.path() == path_) continue;
+        // the model path is the key's second line: "toy packed weights\nmodel PATH\n..."
+        Fd f(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
+        char head[kHeaderBytes + 4096];
+        const ssize_t n = f.fd < 0 ? -1 : ::pread(f.fd, head, sizeof head, 0);
+        if (n < (ssize_t)kHeaderBytes || std::memcmp(head, kMagic, sizeof kMagic) != 0) continue;  // not one of ours
+        const std::string_view key(head + kHeaderBytes, (size_t)n - kHeaderBytes);
+        constexpr std::string_view kLead = "toy packed weights\nmodel ";
+        const size_t end = key.find('\n', kLead.size());
+        if (!key.starts_with(kLead) || end == std::string_view::npos) continue;
+        struct stat st {};
+        const std::string model(key.substr(kLead.size(), end - kLead.size()));
+        if (::stat(model.c_str(), &st) != 0 && errno == ENOENT) std::filesystem::remove(e.path(), ec);
+    }
 }
 
 }  // namespace toy

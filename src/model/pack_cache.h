@@ -20,7 +20,8 @@
 // load packs and replaces the file (atomically, core/atomic_file.h). The file
 // name is a hash of the model's path and its packed tensors, so a model
 // edited in place replaces its own entry rather than adding one; other load
-// options (--weight-type, --no-fuse) get files of their own. The packed bytes
+// options (--weight-type, --no-fuse) get files of their own, and an entry
+// whose model file is gone is removed by the next write to DIR. The packed bytes
 // themselves are trusted like the model file: keep DIR private.
 #pragma once
 
@@ -68,13 +69,16 @@ public:
     // The packed bytes read into dst (`bytes` of them); false on a miss.
     bool read_into(void *dst) const;
     // Writes the packed bytes at data as this entry (creating DIR if needed),
-    // atomically; throws toy::Error when that fails.
+    // atomically; throws toy::Error when that fails. Then removes the
+    // entries in DIR whose model file no longer exists, and temporary files
+    // that killed writers left there.
     void store(const void *data) const;
 
 private:
     // The file's header checked against this entry: the offset of its packed
     // bytes, or 0 when the file is not this entry's (fd open on it).
     uint64_t check(int fd) const;
+    void remove_orphans() const;
 
     std::string dir_, path_, key_;
     size_t bytes_;
