@@ -16,7 +16,8 @@
 #   REF_DIR [~/.cache/toy-reference]   RESULTS_DIR [a new temporary directory]
 #   ROOFLINE [1]: also probe memory bandwidth (toy bench --roofline)
 #   ONESHOTS [3]: one-shot runs per engine per round (load time and RSS)
-#   TOY_FLAGS [""]: extra flags for toy bench and toy run (e.g. "--hugepages on")
+#   TOY_FLAGS [""]: extra flags for toy bench and toy run (e.g. "--hugepages on", or
+#     "--pack-cache DIR": the first bench run writes the cache, the one-shots map it)
 #   NGL [""]: -ngl N for both engines (a GPU build of each: toy's `make build-cuda`,
 #     llama.cpp's tools linked against the same ggml); sets ROOFLINE's default to 0
 #     (the probe measures the CPU's memory)
