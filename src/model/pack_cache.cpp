@@ -56,7 +56,9 @@ uint64_t data_offset_for(size_t key_bytes) { return (kHeaderBytes + key_bytes + 
 
 uint64_t packed_layout_fingerprint() {
     static const uint64_t fingerprint = [] {
-        constexpr int64_t n_in = 512, n_out = 32;  // two Q4_K/Q6_K super-blocks per row, two groups of rows
+        // several super-blocks of 256 per row and groups of 16 rows, so a
+        // change to how blocks or groups follow each other shows too
+        constexpr int64_t n_in = 1024, n_out = 48;
         std::vector<float> values(n_in * n_out);
         for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * (float)i) * (1.0f + (float)(i % 7));
         uint64_t h = kFnv1aStart;
