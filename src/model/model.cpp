@@ -499,7 +499,9 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     }
     std::optional<PackCache> cache;
     if (packed_size > 0 && !opts.pack_cache_dir.empty()) cache.emplace(opts.pack_cache_dir, f.path(), packed_tensors, packed_size);
-    if (cache && opts.use_mmap && (m->packed_map_ = cache->map(want_huge_pages(opts.huge_pages)))) {
+    // (the page cache's huge folios are not fresh memory at every load, so
+    // no probe: only --hugepages off keeps them small)
+    if (cache && opts.use_mmap && (m->packed_map_ = cache->map(opts.huge_pages != HugePages::Off))) {
         m->packed_buf_ = ggml_backend_cpu_buffer_from_ptr(const_cast<void *>(m->packed_map_->data()), packed_size);
         if (!m->packed_buf_) fail("{}: could not wrap the packed weights of {} in a ggml buffer", f.path(), cache->path());
         m->packed_cached_ = true;
