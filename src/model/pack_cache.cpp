@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -26,8 +27,8 @@ namespace {
 constexpr char kMagic[8] = {'T', 'O', 'Y', 'P', 'A', 'C', 'K', '1'};
 constexpr uint64_t kHeaderBytes = sizeof kMagic + 3 * sizeof(uint64_t);
 constexpr uint64_t kDataAlign = uint64_t(64) << 10;
-// a key is a few lines per tensor: anything longer is not one of ours
-constexpr uint64_t kMaxKey = uint64_t(64) << 20;
+// how every key starts: its second line is the model file's path
+constexpr std::string_view kKeyLead = "toy packed weights\nmodel ";
 
 struct Fd {
     int fd;
@@ -91,8 +92,8 @@ PackCache::PackCache(const std::string &dir, const std::string &model_path, cons
         tensor_lines += fmt::format("{} {} {} {} {}\n", t.name, ggml_type_name(t.type), t.n_in, t.n_out, t.offset);
     }
     const std::string where = ec ? model_path : canonical;
-    key_ = fmt::format("toy packed weights\nmodel {}\nfile size {} mtime {}.{:09} device {} inode {}\nlayouts {:016x}\nbytes {}\n{}",
-                       where, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec,
+    key_ = fmt::format("{}{}\nfile size {} mtime {}.{:09} device {} inode {}\nlayouts {:016x}\nbytes {}\n{}",
+                       kKeyLead, where, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec,
                        (uint64_t)st.st_dev, (uint64_t)st.st_ino, packed_layout_fingerprint(), bytes, tensor_lines);
     // the name leaves out what changes when the model file is rewritten, so
     // a new version replaces the old entry
@@ -107,7 +108,7 @@ uint64_t PackCache::check(int fd) const {
     uint64_t fields[3];
     std::memcpy(fields, header + sizeof kMagic, sizeof fields);
     const uint64_t key_bytes = fields[0], data_offset = fields[1], data_bytes = fields[2];
-    if (std::memcmp(header, kMagic, sizeof kMagic) != 0 || key_bytes != key_.size() || key_bytes > kMaxKey ||
+    if (std::memcmp(header, kMagic, sizeof kMagic) != 0 || key_bytes != key_.size() ||
         data_offset != data_offset_for(key_bytes) || data_bytes != bytes_ || (uint64_t)st.st_size != data_offset + data_bytes) {
         return 0;
     }
@@ -164,17 +165,15 @@ void PackCache::remove_orphans() const {
     std::error_code ec;
     for (const auto &e : std::filesystem::directory_iterator(dir_, ec)) {
         if (e.path().extension() != ".toypack" || e.path() == path_) continue;
-        // the model path is the key's second line: "toy packed weights\nmodel PATH\n..."
         Fd f(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
         char head[kHeaderBytes + 4096];
         const ssize_t n = f.fd < 0 ? -1 : ::pread(f.fd, head, sizeof head, 0);
         if (n < (ssize_t)kHeaderBytes || std::memcmp(head, kMagic, sizeof kMagic) != 0) continue;  // not one of ours
         const std::string_view key(head + kHeaderBytes, (size_t)n - kHeaderBytes);
-        constexpr std::string_view kLead = "toy packed weights\nmodel ";
-        const size_t end = key.find('\n', kLead.size());
-        if (!key.starts_with(kLead) || end == std::string_view::npos) continue;
+        const size_t end = key.find('\n', kKeyLead.size());
+        if (!key.starts_with(kKeyLead) || end == std::string_view::npos) continue;
         struct stat st {};
-        const std::string model(key.substr(kLead.size(), end - kLead.size()));
+        const std::string model(key.substr(kKeyLead.size(), end - kKeyLead.size()));
         if (::stat(model.c_str(), &st) != 0 && errno == ENOENT) std::filesystem::remove(e.path(), ec);
     }
 }
