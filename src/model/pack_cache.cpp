@@ -53,8 +53,9 @@ bool read_exact(int fd, void *dst, size_t n, uint64_t at) {
 
 uint64_t data_offset_for(size_t key_bytes) { return (kHeaderBytes + key_bytes + kDataAlign - 1) / kDataAlign * kDataAlign; }
 
-}  // namespace
-
+// A fingerprint of the packed layouts this build writes: small matrices of
+// every type the packed kernels take, packed, hashed. Any change to a layout
+// changes it, so a cache written by another build is never read as this one's.
 uint64_t packed_layout_fingerprint() {
     static const uint64_t fingerprint = [] {
         // several super-blocks of 256 per row and groups of 16 rows, so a
@@ -78,6 +79,8 @@ uint64_t packed_layout_fingerprint() {
     }();
     return fingerprint;
 }
+
+}  // namespace
 
 PackCache::Mapping::~Mapping() { ::munmap(base_, length_); }
 

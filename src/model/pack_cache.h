@@ -84,9 +84,4 @@ private:
     size_t bytes_;
 };
 
-// A fingerprint of the packed layouts this build writes: small matrices of
-// every type the packed kernels take, packed, hashed. Any change to a layout
-// changes it, so a cache written by another build is never read as this one's.
-uint64_t packed_layout_fingerprint();
-
 }  // namespace toy
