@@ -2,7 +2,7 @@
 # Training speed, toy vs llama-finetune (same pinned llama.cpp bundle) and
 # llm.c's CPU trainer, in one run, same threads, same ctx and batch.
 #
-#   bench/train-compare.sh            THREADS=2 ROUNDS=3 LLMC=1 (GPT-2 124M vs llm.c, ~3 min)
+#   bench/train-compare.sh            THREADS=2 ROUNDS=3 LLMC=1 (GPT-2 124M vs llm.c; 3-12 min on 2 cores)
 #
 # Models (made with toy init, cached in $WORK): stories260K (../shared/models),
 # a 5-layer llama (n_embd 512, 8 heads, 4 KV heads, n_ff 1536, vocab 512, F32),
@@ -66,7 +66,13 @@ bench_pair llama-5L l5.gguf
 if [ "$LLMC" = 1 ]; then
   [ -f gpt2.gguf ] || "$TOY" init --arch gpt2 --n-embd 768 --n-layer 12 --n-head 12 --n-ff 3072 --n-vocab 50257 --n-ctx 1024 \
     --type f32 -o gpt2.gguf 2>/dev/null
-  llmc=$(bash "$SHARED/anchors/llm.c/run.sh" "$THREADS" 2>/dev/null | grep "tokens/s" | sed 's/.*= \([0-9.]*\) tokens.*/\1/')
+  # llm.c's run.sh writes its random checkpoint with /usr/bin/python3 and numpy
+  if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    echo "train-compare: llm.c skipped: /usr/bin/python3 has no numpy (apt-get install python3-numpy)" >&2
+    exit 1
+  fi
+  llmc=$(bash "$SHARED/anchors/llm.c/run.sh" "$THREADS" 2>llmc.err | grep "tokens/s" | sed 's/.*= \([0-9.]*\) tokens.*/\1/') || true
+  [ -n "$llmc" ] || { echo "train-compare: llm.c's run.sh failed:" >&2; tail -3 llmc.err >&2; exit 1; }
   # B=4, T=64: 256 tokens per step; toy's own per-step rate after the first step
   /usr/bin/time -v -o gpt2.time "$TOY" train -m gpt2.gguf -f words.txt -c 64 -b 256 --steps 7 -t "$THREADS" -q \
     -o gpt2-out.gguf --log gpt2.csv
