@@ -74,6 +74,47 @@ TEST(Cli, BadInputIsOneLineError) {
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --hugepages sometimes"), "sometimes");
 }
 
+// More threads than ggml's CPU pool holds (512) crashed `toy run` (SIGSEGV
+// at -t 100000); every command that takes a thread count says so instead,
+// before it reads or writes anything.
+TEST(Cli, ThreadCountsPastGgmlsPoolAreOneLineErrors) {
+    const toy::test::TempDir dir;
+    const std::string out = dir.file("out.gguf");
+    const std::vector<std::string> commands = {
+        "run -m " + kStories + " -p hi -n 2 -t 100000",
+        "bench -m " + kStories + " -p 8 -n 0 -r 1 -t 513",
+        "train -m " + kStories + " -f " + kStories + " --steps 1 -t 100000 -o " + out,
+        "eval -m " + kStories + " -f " + kStories + " -t 9999",
+        "rpc-server -t 600",
+        "init --arch llama --preset smollm2-135m -t 100000 -o " + out,
+        "convert " + toy::test::shared_path("models/TinyStories-656K") + " -o " + out + " -t 9999",
+    };
+    for (const std::string &cmd : commands) {
+        SCOPED_TRACE(cmd);
+        expect_one_line_error(run_toy(cmd), "expected at most 512 threads");
+    }
+    expect_one_line_error(run_toy("quantize " + kStories + " " + out + " q8_0 100000"), "NTHREADS");
+    EXPECT_FALSE(std::filesystem::exists(out));
+    const Result ok = run_toy("run -m " + kStories + " -p hi -n 1 -t 512");
+    EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+// toy serve's numbers are checked before it binds its port and starts its
+// HTTP threads (one per sequence and queued request): --parallel 100000 and
+// --max-queue 100000000 ended in std::system_error from thread creation, a
+// port past 65535 was bound modulo 65536.
+TEST(Cli, ServeFlagsOutOfRangeAreOneLineErrors) {
+    const std::string serve = "serve -m " + kStories + " ";
+    expect_one_line_error(run_toy(serve + "--port 99999"), "--port 99999");
+    expect_one_line_error(run_toy(serve + "--port -1"), "--port -1");
+    expect_one_line_error(run_toy(serve + "--parallel 100000"), "-np 100000");
+    expect_one_line_error(run_toy(serve + "--parallel 0"), "-np 0");
+    expect_one_line_error(run_toy(serve + "--max-queue 100000000"), "--max-queue 100000000");
+    expect_one_line_error(run_toy(serve + "--max-queue -1"), "--max-queue -1");
+    expect_one_line_error(run_toy(serve + "--max-body 0"), "--max-body 0");
+    expect_one_line_error(run_toy(serve + "-b 0"), "-b 0");
+}
+
 TEST(Cli, UnknownFlagIsRejected) {
     Result r = run_toy("run -m " + kStories + " -p hi --no-such-flag");
     EXPECT_NE(r.code, 0);

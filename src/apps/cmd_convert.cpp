@@ -9,6 +9,7 @@
 #include "convert/hf_model.h"
 #include "convert/llama2c.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "quant/quantize.h"
 
 #include <unistd.h>
@@ -51,6 +52,7 @@ int run_convert(const ConvertFlags &f) {
         }
     }
     const convert::OutType type = own.value_or(convert::OutType::F32);
+    (void)thread_count(f.n_threads);  // -t out of range: an error before anything is read or written
     if (!fs::exists(f.input)) fail("{}: no such file or directory", f.input);
     convert::Converted m;
     const bool llama2c = !fs::is_directory(f.input);

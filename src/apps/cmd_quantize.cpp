@@ -6,6 +6,7 @@
 //   toy quantize --pure --output-tensor-type q8_0 model.gguf out.gguf Q4_0
 #include "apps/cli.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "quant/quantize.h"
 
 #include <chrono>
@@ -27,7 +28,9 @@ int run_quantize(QuantizeFlags &f) {
     quant::QuantizeOptions &o = f.o;
     o.type = f.type;
     o.n_threads = f.n_threads;
-    if (f.n_threads < 0) fail("NTHREADS: expected a count >= 0 (0: all cores), found {}", f.n_threads);
+    if (f.n_threads < 0 || f.n_threads > kMaxThreads) {
+        fail("NTHREADS: expected a count from 0 (all cores) to {}, found {}", kMaxThreads, f.n_threads);
+    }
     if (!f.output_type.empty()) o.output_type = quant::parse_ggml_type(f.output_type, "--output-tensor-type");
     if (!f.token_embd_type.empty()) o.token_embd_type = quant::parse_ggml_type(f.token_embd_type, "--token-embedding-type");
     quant::parse_quant_type(f.type);  // a bad type is reported before the imatrix is read

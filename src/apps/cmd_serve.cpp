@@ -28,6 +28,11 @@ struct ServeOptions {
 };
 
 int run_serve(const ServeOptions &o) {
+    // every flag checked before the port is bound and the HTTP threads start
+    const serve::SchedulerOptions sched_opts{o.n_parallel, o.max_queue, o.model.n_batch};
+    serve::check_scheduler_options(sched_opts);
+    if (o.port < 0 || o.port > 65535) fail("--port {}: expected a port from 1 to 65535, or 0 for any free one", o.port);
+    if (o.max_body < 1) fail("--max-body {}: expected a size of at least 1 byte", o.max_body);
     serve::ApiOptions ao;
     ao.api_key = o.api_key;
     ao.max_body = o.max_body;
@@ -54,9 +59,7 @@ int run_serve(const ServeOptions &o) {
         tmpl = std::make_unique<text::ChatTemplate>(
             text::select_chat_template(model->file(), *vocab, o.chat_template, o.chat_template_file, &note));
         if (!note.empty()) std::fprintf(stderr, "toy: %s\n", note.c_str());
-        sched = std::make_unique<serve::Scheduler>(
-            *model, *vocab, so, serve::SchedulerOptions{o.n_parallel, o.max_queue, o.model.n_batch},
-            std::move(drafter), o.draft.params);
+        sched = std::make_unique<serve::Scheduler>(*model, *vocab, so, sched_opts, std::move(drafter), o.draft.params);
         api.attach(*model, *vocab, *tmpl, *sched);
     } catch (...) {
         api.stop();
@@ -77,7 +80,7 @@ Command reg("serve", "OpenAI-compatible HTTP server: continuous batching of conc
     app.add_option("--host", o->host, "address to listen on (default 127.0.0.1)");
     app.add_option("--port", o->port, "port (default 8080; 0: any free port, printed at start)");
     app.add_option("--parallel", o->n_parallel, "sequences decoded together; each gets -c / -np tokens (default 4); also -np");
-    app.add_option("--max-queue", o->max_queue, "requests waiting for a sequence before 503 (default 64)");
+    app.add_option("--max-queue", o->max_queue, "requests waiting for a sequence before 503 (default 64, at most 1024)");
     app.add_option("--api-key", o->api_key, "require Authorization: Bearer KEY on every route but /health");
     app.add_option("--max-body", o->max_body, "largest request body in bytes (default 1 MiB)");
     app.add_option("-a,--alias", o->alias, "model name in the API (default: the file name)");

@@ -1,6 +1,7 @@
 #include "apps/init_flags.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "model/config.h"
 
 namespace toy::cli {
@@ -12,6 +13,7 @@ InitOptions init_options_from(const InitFlags &f) {
     if (!f.name.empty()) o.name = f.name;
     f.seed.apply(o.seed);
     f.threads.apply(o.n_threads);
+    (void)thread_count(o.n_threads);  // -t out of range: an error before anything is written
     f.n_embd.apply(o.n_embd);
     f.n_layer.apply(o.n_layer);
     f.n_head.apply(o.n_head);

@@ -1,5 +1,7 @@
 #include "core/parallel.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -9,7 +11,10 @@
 
 namespace toy {
 
-int thread_count(int n_threads) { return n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency()); }
+int thread_count(int n_threads) {
+    if (n_threads > kMaxThreads) fail("-t {}: expected at most {} threads (0: all cores)", n_threads, kMaxThreads);
+    return n_threads > 0 ? n_threads : std::clamp((int)std::thread::hardware_concurrency(), 1, kMaxThreads);
+}
 
 void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &body) {
     const int nt = (int)std::max<int64_t>(1, std::min<int64_t>(thread_count(n_threads), n));

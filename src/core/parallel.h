@@ -9,7 +9,13 @@
 
 namespace toy {
 
+// The most threads a -t flag may ask for: ggml's GGML_MAX_N_THREADS, past
+// which its CPU thread pool writes outside its arrays (checked where toy
+// starts one, runtime/engine.cpp).
+constexpr int kMaxThreads = 512;
+
 // n_threads, or every hardware thread when n_threads <= 0 (toy's -t 0).
+// Throws toy::Error naming -t for more than kMaxThreads.
 int thread_count(int n_threads);
 
 // Runs body(i) for i in [0, n) on up to thread_count(n_threads) threads (the caller's included).

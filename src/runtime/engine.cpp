@@ -8,6 +8,8 @@
 
 namespace toy {
 
+static_assert(kMaxThreads == GGML_MAX_N_THREADS, "-t's bound is ggml's thread pool's size");
+
 Engine::Engine(int n_threads, std::span<const ggml_backend_dev_t> devices) {
     n_threads_ = thread_count(n_threads);
     backend_ = ggml_backend_cpu_init();

@@ -71,13 +71,21 @@ struct Scheduler::Slot {
     bool active() const { return out != nullptr; }
 };
 
+void check_scheduler_options(const SchedulerOptions &opts) {
+    if (opts.n_slots < 1 || opts.n_slots > KvCache::kMaxSeqs) {
+        fail("-np {}: expected 1 to {} parallel sequences", opts.n_slots, KvCache::kMaxSeqs);
+    }
+    if (opts.max_queue < 0 || opts.max_queue > SchedulerOptions::kMaxQueue) {
+        fail("--max-queue {}: expected 0 to {} waiting requests", opts.max_queue, SchedulerOptions::kMaxQueue);
+    }
+    if (opts.n_batch < 1) fail("-b {}: expected at least 1 token per step", opts.n_batch);
+}
+
 Scheduler::Scheduler(const Model &model, const text::Vocab &vocab, const SessionOptions &session, const SchedulerOptions &opts,
                      std::unique_ptr<Drafter> drafter, const DraftParams &draft)
     : vocab_(vocab), opts_(opts), session_(model, session), drafter_(std::move(drafter)), draft_(draft) {
     if (drafter_) check_draft_params(draft_);
-    if (opts.n_slots < 1 || opts.n_slots > KvCache::kMaxSeqs) {
-        fail("-np {}: expected 1 to {} parallel sequences", opts.n_slots, KvCache::kMaxSeqs);
-    }
+    check_scheduler_options(opts);
     slot_ctx_ = session_.n_ctx() / opts.n_slots;
     if (model.config().pos == PosKind::Learned) slot_ctx_ = std::min<int64_t>(slot_ctx_, model.config().n_ctx_train);
     if (slot_ctx_ < 2) fail("-c {} for {} sequences leaves {} tokens each", session_.n_ctx(), opts.n_slots, slot_ctx_);

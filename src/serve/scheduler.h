@@ -77,7 +77,13 @@ struct SchedulerOptions {
     int n_slots = 4;              // sequences decoded together (-np)
     int64_t max_queue = 64;       // requests waiting for a slot; more are refused
     int64_t n_batch = 512;        // tokens per step at most (prompt chunks fill what decoding leaves)
+    // the most requests that may wait: each holds one of the server's HTTP
+    // threads, which start with it (toy serve)
+    static constexpr int64_t kMaxQueue = 1024;
 };
+
+// Throws toy::Error naming the flag (-np, --max-queue, -b) of a value out of range.
+void check_scheduler_options(const SchedulerOptions &opts);
 
 struct SchedulerStats {
     int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0;
