@@ -120,6 +120,30 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
     expect_one_line_error(run_toy(base + "-f " + ok + " -opt adam"), "-opt");
     expect_one_line_error(run_toy(base + "-f " + ok + " --lora-targets q,x"), "--lora-targets");
     expect_one_line_error(run_toy(base + "-f " + ok + " -b 48"), "multiples of -c");
+    // numbers that ran as something else before: a negative -b, --steps or
+    // --lora-rank as their defaults (a whole epoch, a full fine-tune),
+    // --lora-rank 100000 as a 6 GiB adapter of stories260K's 64 x 32 K
+    const std::string bare = "train -m " + kStories + " -c 32 -q -o " + d.file("o.gguf") + " -f " + ok + " ";
+    for (const auto &[flags, needle] : std::vector<std::pair<std::string, std::string>>{
+             {"-b -2", "-b: expected"},
+             {"-ub -1", "-ub: expected"},
+             {"--steps -1", "--steps: expected"},
+             {"--warmup -5", "--warmup"},
+             {"--eval-every -2", "--eval-every"},
+             {"--lora-rank -3", "--lora-rank: expected a rank >= 1"},
+             {"--lora-rank 100000", "expected at most 32, the smaller side of the 'k' projection (64 x 32)"},
+             {"--lora-rank 9 --lora-per-head", "expected at most 8, the smaller side of the 'q' projection (64 x 8 per head)"},
+             {"--lora-rank 4 --lora-alpha 0", "--lora-alpha"},
+             {"--adam-beta1 1", "--adam-beta1"},
+             {"--adam-beta2 -0.5", "--adam-beta2"},
+             {"--adam-eps 0", "--adam-eps"},
+             {"--keep-checkpoints 0", "--keep-checkpoints"},
+             {"--checkpoint-every -1", "--checkpoint-every"},
+         }) {
+        SCOPED_TRACE(flags);
+        expect_one_line_error(run_toy(bare + flags), needle);
+    }
+    EXPECT_FALSE(fs::exists(d.file("o.gguf")));
     expect_one_line_error(run_toy("train --from-scratch -m " + kStories + " -f " + ok + " -o " + d.file("o.gguf")), "exactly one");
     expect_one_line_error(
         run_toy("train -m " + toy::test::fixture_path("llama-256.q8_0.gguf") + " -f " + ok + " -c 16 -q -o " + d.file("o.gguf")),

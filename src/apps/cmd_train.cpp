@@ -106,6 +106,17 @@ int run_train(TrainFlags &f) {
         if (s.opt.weight_decay < 0) fail("-wd: expected >= 0, found {}", s.opt.weight_decay);
         if (s.opt.grad_clip < 0) fail("--grad-clip: expected >= 0 (0: off), found {}", s.opt.grad_clip);
         if (s.val_split < 0 || s.val_split >= 1) fail("-val-split: expected a fraction in [0, 1), found {}", s.val_split);
+        if (!(s.opt.beta1 >= 0 && s.opt.beta1 < 1)) fail("--adam-beta1: expected a value in [0, 1), found {}", s.opt.beta1);
+        if (!(s.opt.beta2 >= 0 && s.opt.beta2 < 1)) fail("--adam-beta2: expected a value in [0, 1), found {}", s.opt.beta2);
+        if (!(s.opt.eps > 0)) fail("--adam-eps: expected a positive epsilon, found {}", s.opt.eps);
+        // counts where 0 means "as the help says" and a negative value means nothing
+        if (s.n_batch < 0) fail("-b: expected a multiple of -c (0: -c), found {}", s.n_batch);
+        if (s.n_ubatch < 0) fail("-ub: expected a divisor of -b (0: -b), found {}", s.n_ubatch);
+        if (s.max_steps < 0) fail("--steps: expected a count >= 1 (0: -epochs decides), found {}", s.max_steps);
+        if (s.warmup < 0) fail("--warmup: expected a number of steps >= 0, found {}", s.warmup);
+        if (s.eval_every < 0) fail("--eval-every: expected a number of steps >= 0 (0: at start and end only), found {}", s.eval_every);
+        if (f.lora_rank < 0) fail("--lora-rank: expected a rank >= 1 (0: no LoRA, the whole model), found {}", f.lora_rank);
+        if (f.lora_rank > 0 && !(s.lora.alpha > 0)) fail("--lora-alpha: expected a positive alpha, found {}", s.lora.alpha);
         if (!s.val_data.empty() && s.val_split > 0) fail("--val-file / -val-split: give one of them");
         if (f.from_scratch) {
             // the random start is a model file like any other, kept beside the checkpoints
@@ -124,6 +135,10 @@ int run_train(TrainFlags &f) {
                                        (long long)r.n_params, s.model.c_str());
         }
     }
+    if (f.io.checkpoint_every < 0) {
+        fail("--checkpoint-every: expected a number of steps >= 0 (0: only at the end), found {}", f.io.checkpoint_every);
+    }
+    if (f.io.keep_checkpoints < 1) fail("--keep-checkpoints: expected at least 1, found {}", f.io.keep_checkpoints);
     f.io.split = f.split.options();
     if (f.bench_steps > 0) {
         if (asks_offload(f.io.split)) fail("--bench: measures training on the CPU (no -ngl)");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -206,10 +207,22 @@ std::unique_ptr<TrainableModel> TrainableModel::lora(const Model &base, const Lo
             fail("internal: LoRA needs the base loaded without Q|K|V fusion (LoadOptions::fuse = false)");
         }
     }
+    // Past the smaller side of a matrix (of a head's rows, per head) a rank
+    // adds parameters, not directions: the bound is the smallest target's.
+    struct Bound {
+        int64_t rank, n_in, rows;
+        Proj p;
+    };
+    std::optional<Bound> bound;
     for (Proj p : o.targets) {
-        if (!proj_shape(c, w.layers[0], p).first) {
-            fail("--lora-targets: {} has no '{}' projection", c.arch, graph::kProjNames[(int)p]);
-        }
+        const auto [n_in, n_out] = proj_shape(c, w.layers[0], p);
+        if (!n_in) fail("--lora-targets: {} has no '{}' projection", c.arch, graph::kProjNames[(int)p]);
+        const int64_t rows = p == Proj::Q && o.per_head ? c.head_dim_k : n_out;
+        if (!bound || std::min(n_in, rows) < bound->rank) bound = Bound{std::min(n_in, rows), n_in, rows, p};
+    }
+    if (bound && o.rank > bound->rank) {
+        fail("--lora-rank {}: expected at most {}, the smaller side of the '{}' projection ({} x {}{})", o.rank, bound->rank,
+             graph::kProjNames[(int)bound->p], bound->n_in, bound->rows, bound->p == Proj::Q && o.per_head ? " per head" : "");
     }
     m->params_ = std::make_unique<ParamSet>(2 * o.targets.size() * c.n_layer);
     struct Init {
