@@ -72,6 +72,7 @@ TEST(Cli, BadInputIsOneLineError) {
     expect_one_line_error(run_toy("logits -m " + kStories + " --tokens 1 -ctk q4_9 -o /dev/null"), "q4_9");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi -fa maybe"), "maybe");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --hugepages sometimes"), "sometimes");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --json --n-probs -1"), "--n-probs");
 }
 
 // More threads than ggml's CPU pool holds (512) crashed `toy run` (SIGSEGV

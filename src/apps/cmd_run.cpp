@@ -86,6 +86,7 @@ private:
 int run_generate(const RunOptions &o) {
     o.input.check_one();
     if (o.n_predict < -1) fail("-n: expected -1 (until end of text) or a count >= 0, found {}", o.n_predict);
+    if (o.n_probs < 0) fail("--n-probs: expected a count >= 0 (0: none), found {}", o.n_probs);
 
     const auto t_load = Clock::now();
     auto model = o.model.load();
