@@ -151,3 +151,37 @@ TEST(Faults, AFileSizeLimitActsLikeAFullDisk) {
     auto cases = run_cases("ulimit", [](const std::string &cmd) { return "trap '' XFSZ; " + cmd; }, d);
     expect_clean_failures(cases, "File too large");
 }
+
+// Outputs that are not plain files. The atomic write renamed its temporary
+// file over whatever the path named: run as root, `-o /dev/null` (the suite
+// itself does that) replaced the device with a regular file for every later
+// process, and a symbolic link became a file. Streams are now written in
+// place (each write checked: /dev/full is a full disk), links keep pointing
+// where they did, and a directory is an error.
+TEST(Faults, DevicesLinksAndDirectoriesAreNotReplaced) {
+    namespace fs = std::filesystem;
+    const std::string logits = "logits -m " + kStories + " --tokens 1,2 -o ";
+    auto r = toy::test::run_toy(logits + "/dev/null");
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(fs::is_character_file("/dev/null"));
+    r = toy::test::run_toy(logits + "/dev/full");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("toy: error: /dev/full: write failed: No space left on device"), std::string::npos) << r.err;
+    EXPECT_TRUE(fs::is_character_file("/dev/full"));
+
+    TempDir d;
+    const std::string real = d.file("real.bin"), link = d.file("link.bin");
+    std::ofstream(real) << "old";
+    fs::create_symlink("real.bin", link);
+    r = toy::test::run_toy(logits + link);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(fs::is_symlink(link));
+    EXPECT_EQ(fs::file_size(real), 2u * 512u * sizeof(float));
+
+    r = toy::test::run_toy(logits + d.file(""));
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("it is a directory, not a file"), std::string::npos) << r.err;
+    size_t left = 0;  // nothing but the two files
+    for (const auto &e : fs::directory_iterator(d.file(""))) left += e.path().filename().string().find(".tmp.") != std::string::npos;
+    EXPECT_EQ(left, 0u);
+}

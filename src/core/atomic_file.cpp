@@ -101,9 +101,26 @@ void remove_stale_temporaries(const std::string &dir, const std::function<bool(s
     }
 }
 
-AtomicFile::AtomicFile(const std::string &target) : target_(target) {
+AtomicFile::AtomicFile(const std::string &target) : target_(target), real_(target) {
+    struct stat st {};
+    if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        if (!S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+            fail("{}: cannot write here: it is {}, not a file", target,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISBLK(st.st_mode) ? "a block device" : "a socket");
+        }
+        fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd_ < 0) fail("{}: cannot open: {}", target, std::strerror(errno));
+        stream_ = true;
+        return;
+    }
+    // through a link (even a chain of them) to the file it names
+    std::error_code ec;
+    if (std::filesystem::is_symlink(target, ec)) {
+        const std::filesystem::path real = std::filesystem::weakly_canonical(target, ec);
+        if (!ec) real_ = real.string();
+    }
     install_handlers();
-    std::string templ = target + ".tmp." + std::to_string(getpid()) + ".XXXXXX";
+    std::string templ = real_ + ".tmp." + std::to_string(getpid()) + ".XXXXXX";
     std::vector<char> buf(templ.begin(), templ.end());
     buf.push_back('\0');
     fd_ = mkstemp(buf.data());
@@ -144,9 +161,15 @@ void AtomicFile::pad_to(uint64_t alignment) {
 }
 
 void AtomicFile::commit() {
+    if (stream_) {
+        const int fd = fd_;
+        fd_ = -1;
+        if (::close(fd) != 0) fail("{}: close failed: {}", target_, std::strerror(errno));
+        return;
+    }
     struct stat st {};
     mode_t mode = 0666 & ~current_umask();
-    if (::stat(target_.c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
+    if (::stat(real_.c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
     if (fchmod(fd_, mode) != 0) fail("{}: cannot set permissions: {}", target_, std::strerror(errno));
     if (fsync(fd_) != 0) fail("{}: fsync failed: {}", target_, std::strerror(errno));
     if (::close(fd_) != 0) {
@@ -154,16 +177,16 @@ void AtomicFile::commit() {
         fail("{}: close failed: {}", target_, std::strerror(errno));
     }
     fd_ = -1;
-    if (std::rename(path_.c_str(), target_.c_str()) != 0) {
+    if (std::rename(path_.c_str(), real_.c_str()) != 0) {
         fail("{}: cannot rename the temporary file into place: {}", target_, std::strerror(errno));
     }
     path_.clear();
     if (slot_ >= 0) g_used[slot_].store(false);
     slot_ = -1;
-    const std::string name = std::filesystem::path(target_).filename().string();
-    remove_stale_temporaries(dir_of(target_).string(), [&](std::string_view t) { return t == name; });
+    const std::string name = std::filesystem::path(real_).filename().string();
+    remove_stale_temporaries(dir_of(real_).string(), [&](std::string_view t) { return t == name; });
     // Make the rename itself durable.
-    const int dfd = ::open(dir_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int dfd = ::open(dir_of(real_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd);
         ::close(dfd);

@@ -7,6 +7,12 @@
 // A temporary file left by a killed process (SIGKILL, a crash) is
 // recognised by its name and dead pid and removed by the next commit to the
 // same target (or by remove_stale_temporaries).
+//
+// A target that is a symbolic link stays one: the file it points to is
+// replaced. A target that is a stream (a character device such as
+// /dev/null or /dev/stdout's terminal, or a FIFO) cannot be replaced and is
+// written as it is, each write and the close checked (so /dev/full fails);
+// any other kind (a directory, a block device, a socket) is an error.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +37,10 @@ public:
     void commit();
 
 private:
-    std::string target_, path_;
+    std::string target_;  // as given (messages)
+    std::string real_;    // the file replaced: target_ with its links resolved
+    std::string path_;    // the temporary file ("" when written in place or committed)
+    bool stream_ = false; // written in place (a device or FIFO)
     int fd_ = -1;
     int slot_ = -1;  // in the signal handler's list of temporaries
     uint64_t written_ = 0;
