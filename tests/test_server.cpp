@@ -78,6 +78,7 @@ TEST(Server, CompletionsChatModelsTokenizeAndMetrics) {
 
     int status = 0;
     json r = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0})", &status);
+    const json r0 = r;
     EXPECT_EQ(status, 200) << r.dump();
     EXPECT_EQ(r["object"], "text_completion");
     EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
@@ -96,6 +97,12 @@ TEST(Server, CompletionsChatModelsTokenizeAndMetrics) {
     json tok = post(c, "/tokenize", R"({"content": "Once upon a time"})");
     json detok = post(c, "/detokenize", json{{"tokens", tok["tokens"]}}.dump());
     EXPECT_EQ(detok["content"], " Once upon a time");
+    // the same prompt as token ids (BOS first, as the string gets it) continues the same way
+    json ids = json::array({1});
+    for (const json &id : tok["tokens"]) ids.push_back(id);
+    const json by_ids = post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}}.dump(), &status);
+    EXPECT_EQ(status, 200) << by_ids.dump();
+    EXPECT_EQ(by_ids["choices"][0]["text"], r0["choices"][0]["text"]);
 
     auto page = s.client("").Get("/");  // the chat page needs no key; its requests send it
     ASSERT_TRUE(page);
@@ -105,7 +112,7 @@ TEST(Server, CompletionsChatModelsTokenizeAndMetrics) {
 
     auto metrics = c.Get("/metrics");
     ASSERT_TRUE(metrics);
-    EXPECT_NE(metrics->body.find("toy_requests_total 2"), std::string::npos) << metrics->body;
+    EXPECT_NE(metrics->body.find("toy_requests_total 3"), std::string::npos) << metrics->body;
 }
 
 TEST(Server, LogProbabilitiesInChatAndCompletionShapes) {
@@ -278,7 +285,12 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
     };
     for (const Bad &b : {
              Bad{"/v1/completions", "{not json", 400, "not valid JSON"},
-             Bad{"/v1/completions", R"({"prompt": 7})", 400, "'prompt' must be a string"},
+             Bad{"/v1/completions", R"({"prompt": 7})", 400, "'prompt' must be a string or an array of token ids"},
+             Bad{"/v1/completions", R"({"prompt": [1, 2, 512]})", 400, "token ids must be integers from 0 to 511, found 512"},
+             Bad{"/v1/completions", R"({"prompt": ["a", "b"]})", 400, "one prompt per request"},
+             Bad{"/v1/completions", R"({"prompt": []})", 400, "empty array"},
+             Bad{"/v1/completions", R"({"prompt": "x", "n": 2})", 400, "'n': one choice per request is supported, found 2"},
+             Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 3})", 400, "'n': one choice"},
              Bad{"/v1/completions", R"({"prompt": "x", "max_tokens": 0})", 400, "at least 1"},
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -5})", 400,
                  "'max_completion_tokens' must be at least 1"},

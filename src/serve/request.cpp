@@ -216,6 +216,30 @@ std::vector<text::Message> messages_of(const json &b) {
     return out;
 }
 
+// The completions prompt: a string (tokenized with BOS, as llama-server does),
+// or OpenAI's other form of one prompt, its token ids (taken as they are).
+std::vector<int32_t> prompt_of(const json &b, const text::Vocab &vocab) {
+    auto it = b.find("prompt");
+    if (it != b.end() && it->is_string()) return vocab.tokenize(it->get<std::string>(), true, false);
+    if (it != b.end() && it->is_array() && it->empty()) throw ApiError{400, "'prompt' is an empty array: no tokens to continue"};
+    if (it != b.end() && it->is_array() && (*it)[0].is_number_integer()) {
+        std::vector<int32_t> ids;
+        for (const json &id : *it) {
+            const int64_t v = id.is_number_integer() ? id.get<int64_t>() : -1;
+            if (v < 0 || v >= vocab.n_tokens()) {
+                throw ApiError{400, fmt::format("'prompt' token ids must be integers from 0 to {}, found {}", vocab.n_tokens() - 1,
+                                                id.dump())};
+            }
+            ids.push_back((int32_t)v);
+        }
+        return ids;
+    }
+    if (it != b.end() && it->is_array()) {
+        throw ApiError{400, "'prompt': one prompt per request (a string or an array of token ids), found an array of prompts"};
+    }
+    throw ApiError{400, "'prompt' must be a string or an array of token ids"};
+}
+
 }  // namespace
 
 CompletionRequest parse_completion(const std::string &body, bool chat, const text::Vocab &vocab, const text::ChatTemplate &tmpl) {
@@ -244,12 +268,16 @@ CompletionRequest parse_completion(const std::string &body, bool chat, const tex
     }
     if (n_logprobs > 20) throw ApiError{400, fmt::format("at most 20 top log-probabilities, found {}", n_logprobs)};
     r.n_logprobs = n_logprobs < 0 ? -1 : n_logprobs;
+    // one choice per request (as llama-server): a client asking for more would otherwise get one silently
+    for (const char *key : {"n", "best_of"}) {
+        if (const int64_t n = field<int64_t>(b, key, 1, "an integer"); n != 1) {
+            throw ApiError{400, fmt::format("'{}': one choice per request is supported, found {}", key, n)};
+        }
+    }
     if (chat) {
         r.prompt = text::tokenize_rendered(vocab, tmpl.render(messages_of(b), true));
     } else {
-        auto it = b.find("prompt");
-        if (it == b.end() || !it->is_string()) throw ApiError{400, "'prompt' must be a string"};
-        r.prompt = vocab.tokenize(it->get<std::string>(), true, false);
+        r.prompt = prompt_of(b, vocab);
     }
     return out;
 }
