@@ -414,3 +414,11 @@ TEST(Cli, GrammarAndJsonSchemaFlagsConstrainRunAndChat) {
     expect_one_line_error(ambiguous, "can be read in more than 4096 ways");
     EXPECT_TRUE(ambiguous.out.find("Once") != std::string::npos && ambiguous.out.ends_with("\n")) << ambiguous.out;
 }
+
+// A context no memory holds (5.7 PiB, past any address space): one line
+// naming its size. The cells' bookkeeping threw std::bad_alloc first ("out
+// of memory"), and ggml's allocator printed three lines of its own at exit.
+TEST(Cli, AContextTooLargeForMemoryIsOneLineNamingItsSize) {
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi -n 1 -c 9999999999999"),
+                          "could not allocate the KV cache (9999999999999 cells, 5960464.5 GiB) on the CPU: lower -c");
+}

@@ -158,7 +158,10 @@ int main(int argc, char **argv) {
         }
     } catch (const toy::Error &e) {
         toy::cli::end_text_line();
-        std::fprintf(stderr, "toy: error: %s\n", e.what());
+        // what ggml logged as an error on the way (an allocation it could not make) joins the line
+        std::string message = e.what();
+        if (const std::string ggml = toy::take_held_ggml_error(); !ggml.empty()) message += " (ggml: " + ggml + ")";
+        std::fprintf(stderr, "toy: error: %s\n", message.c_str());
         return 1;
     } catch (const std::bad_alloc &) {
         toy::cli::end_text_line();

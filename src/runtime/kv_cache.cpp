@@ -1,6 +1,7 @@
 #include "runtime/kv_cache.h"
 
 #include "core/error.h"
+#include "core/ggml_log.h"
 #include "core/remote_wait.h"
 #include "runtime/inputs.h"
 
@@ -37,7 +38,7 @@ std::string kv_cache_type_names() {
 
 KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans,
                  std::span<const ggml_backend_dev_t> layer_devices)
-    : cells_((size_t)n_ctx), type_k_(type_k), type_v_(type_v) {
+    : type_k_(type_k), type_v_(type_v) {
     check_cache_type(type_k, "-ctk");
     check_cache_type(type_v, "-ctv");
     if (ggml_is_quantized(type_k) && c.n_embd_k_gqa() % ggml_blck_size(type_k) != 0) {
@@ -72,12 +73,17 @@ KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type
         ggml_backend_buffer_type_t buft = devices[d] ? ggml_backend_dev_buffer_type(devices[d]) : engine.buffer_type();
         ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctxs_[d], buft);
         if (!buf) {
+            double bytes = 0;
+            for (ggml_tensor *t = ggml_get_first_tensor(ctxs_[d]); t; t = ggml_get_next_tensor(ctxs_[d], t)) bytes += (double)ggml_nbytes(t);
             release();
-            fail("could not allocate the KV cache ({} cells) on {}", n_ctx, devices[d] ? ggml_backend_dev_name(devices[d]) : "the CPU");
+            (void)take_held_ggml_error();  // its allocator's lines say the same in bytes
+            fail("could not allocate the KV cache ({} cells, {:.1f} GiB) on {}: lower -c", n_ctx, bytes / (1 << 30),
+                 devices[d] ? ggml_backend_dev_name(devices[d]) : "the CPU");
         }
         ggml_backend_buffer_clear(buf, 0);
         bufs_.push_back(buf);
     }
+    cells_.resize((size_t)n_ctx);  // after the buffers: a context too large for them is their error, named
 }
 
 KvCache::~KvCache() { release(); }
