@@ -295,6 +295,8 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -5})", 400,
                  "'max_completion_tokens' must be at least 1"},
              Bad{"/v1/completions", R"({"prompt": "x", "temperature": "hot"})", 400, "'temperature' must be a number"},
+             Bad{"/v1/completions", R"({"prompt": "x", "temperature": 1e300})", 400, "'temperature' must be a finite number"},
+             Bad{"/v1/completions", R"({"prompt": "x", "top_k": 1000000000000})", 400, "'top_k' is out of range"},
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "unknown role 'wizard'"},
              Bad{"/v1/chat/completions", R"({"messages": []})", 400, "non-empty array"},
              Bad{"/v1/completions", json{{"prompt", std::string(3000, 'z')}}.dump(), 400, "context per sequence"},

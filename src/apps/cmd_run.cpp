@@ -14,7 +14,9 @@
 #include <charconv>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
@@ -284,21 +286,30 @@ int run_generate(const RunOptions &o) {
 }  // namespace
 
 void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
-    app.add_option("--temp", s.temp, "temperature (0: greedy)");
+    // "nan" and "inf" parse as floats, and no sampling parameter means anything by them
+    static const CLI::Validator kFinite(
+        [](std::string &v) {
+            return std::isfinite(std::strtod(v.c_str(), nullptr)) ? std::string() : "expected a finite number, found " + v;
+        },
+        "NUMBER");
+    auto number = [&](const char *flag, float &value, const char *help) {
+        app.add_option(flag, value, help)->check(kFinite);
+    };
+    number("--temp", s.temp, "temperature (0: greedy)");
     app.add_option("--top-k", s.top_k, "keep the k most likely tokens (0: off)");
-    app.add_option("--top-p", s.top_p, "nucleus: smallest set with this much probability (1: off)");
-    app.add_option("--min-p", s.min_p, "drop tokens below this fraction of the top probability (0: off)");
-    app.add_option("--repeat-penalty", s.repeat_penalty, "penalty for repeating recent tokens (1: off)");
+    number("--top-p", s.top_p, "nucleus: smallest set with this much probability (1: off)");
+    number("--min-p", s.min_p, "drop tokens below this fraction of the top probability (0: off)");
+    number("--repeat-penalty", s.repeat_penalty, "penalty for repeating recent tokens (1: off)");
     app.add_option("--repeat-last-n", s.penalty_last_n, "recent tokens the penalties see (0: off, -1: all)");
-    app.add_option("--presence-penalty", s.presence_penalty, "subtracted once from recent tokens' logits");
-    app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in recent tokens");
-    app.add_option("--typical", s.typical_p, "locally typical sampling: keep this much probability (1: off)");
-    app.add_option("--top-nsigma", s.top_n_sigma, "keep logits within n standard deviations of the largest (-1: off)");
-    app.add_option("--xtc-probability", s.xtc_probability, "chance of removing the most likely tokens (XTC; 0: off)");
-    app.add_option("--xtc-threshold", s.xtc_threshold, "XTC removes the tokens at least this likely but the last (> 0.5: off)");
+    number("--presence-penalty", s.presence_penalty, "subtracted once from recent tokens' logits");
+    number("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in recent tokens");
+    number("--typical", s.typical_p, "locally typical sampling: keep this much probability (1: off)");
+    number("--top-nsigma", s.top_n_sigma, "keep logits within n standard deviations of the largest (-1: off)");
+    number("--xtc-probability", s.xtc_probability, "chance of removing the most likely tokens (XTC; 0: off)");
+    number("--xtc-threshold", s.xtc_threshold, "XTC removes the tokens at least this likely but the last (> 0.5: off)");
     app.add_option("--min-keep", s.min_keep, "top-p, typical, min-p and XTC keep at least this many tokens (0: 1)");
-    app.add_option("--dry-multiplier", s.dry_multiplier, "DRY repetition penalty strength (0: off)");
-    app.add_option("--dry-base", s.dry_base, "DRY: the penalty grows by this factor per repeated token");
+    number("--dry-multiplier", s.dry_multiplier, "DRY repetition penalty strength (0: off)");
+    number("--dry-base", s.dry_base, "DRY: the penalty grows by this factor per repeated token");
     app.add_option("--dry-allowed-length", s.dry_allowed_length, "DRY: repeats up to this long are free");
     app.add_option("--dry-penalty-last-n", s.dry_penalty_last_n, "DRY: tokens scanned for repeats (-1: all, 0: off)");
     app.add_option_function<std::vector<std::string>>(
@@ -311,8 +322,8 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
         "DRY: text a repeat does not run across (repeatable; replaces \\n : \" *; none: no breakers)");
     app.add_option("--mirostat", s.mirostat, "mirostat sampling instead of the stages: 0 off, 1 v1, 2 v2")
         ->check(CLI::Range(0, 2));
-    app.add_option("--mirostat-lr", s.mirostat_eta, "mirostat learning rate (eta)");
-    app.add_option("--mirostat-ent", s.mirostat_tau, "mirostat target entropy (tau)");
+    number("--mirostat-lr", s.mirostat_eta, "mirostat learning rate (eta)");
+    number("--mirostat-ent", s.mirostat_tau, "mirostat target entropy (tau)");
     app.add_option_function<std::string>(
            "--samplers", [&s](const std::string &v) { s.order = text::parse_stages(v); },
            "the sampling stages in order, ';'-separated")

@@ -9,6 +9,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -35,6 +38,19 @@ T field(const nlohmann::ordered_json &body, const char *key, T fallback, const c
                     : std::is_integral_v<T>          ? it->is_number_integer()
                                                      : it->is_number();
     if (!ok) throw ApiError{400, fmt::format("'{}' must be {}, found {}", key, expected, it->type_name())};
+    if constexpr (std::is_floating_point_v<T>) {
+        // 1e999 parses as infinity, 1e300 becomes one as a float
+        const double v = it->get<double>();
+        if (!std::isfinite(v) || std::abs(v) > (double)std::numeric_limits<T>::max()) {
+            throw ApiError{400, fmt::format("'{}' must be a finite number within a float's range, found {}", key, it->dump())};
+        }
+    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        // an integer past T's range would wrap around
+        const bool fits = it->is_number_unsigned() ? it->get<uint64_t>() <= (uint64_t)std::numeric_limits<T>::max()
+                                                   : it->get<int64_t>() >= (int64_t)std::numeric_limits<T>::min() &&
+                                                         it->get<int64_t>() <= (int64_t)std::numeric_limits<T>::max();
+        if (!fits) throw ApiError{400, fmt::format("'{}' is out of range: {}", key, it->dump())};
+    }
     return it->get<T>();
 }
 
