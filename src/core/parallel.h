@@ -9,9 +9,9 @@
 
 namespace toy {
 
-// The most threads a -t flag may ask for: ggml's GGML_MAX_N_THREADS, past
-// which its CPU thread pool writes outside its arrays (checked where toy
-// starts one, runtime/engine.cpp).
+// The most threads a -t flag may ask for: ggml's GGML_MAX_N_THREADS, the
+// most its CPU thread pool is built for (-t 100000 crashed inside it; the
+// two are held equal where toy starts one, runtime/engine.cpp).
 constexpr int kMaxThreads = 512;
 
 // n_threads, or every hardware thread when n_threads <= 0 (toy's -t 0).
