@@ -299,6 +299,9 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
              Bad{"/v1/completions", R"({"prompt": "x", "top_k": 1000000000000})", 400, "'top_k' is out of range"},
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "unknown role 'wizard'"},
              Bad{"/v1/chat/completions", R"({"messages": []})", 400, "non-empty array"},
+             // fuzz_request's finding: a content part whose "type" is not a string escaped as nlohmann's type_error (a 500)
+             Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": 16, "text": "y"}]}]})", 400,
+                 "message content parts must be"},
              Bad{"/v1/completions", json{{"prompt", std::string(3000, 'z')}}.dump(), 400, "context per sequence"},
              Bad{"/v1/completions", json{{"prompt", std::string(5000, 'z')}}.dump(), 413, "too large"},
          }) {

@@ -203,7 +203,8 @@ std::vector<text::Message> messages_of(const json &b) {
             content = c.get<std::string>();
         } else if (c.is_array()) {  // [{"type": "text", "text": ...}]
             for (const auto &part : c) {
-                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+                const auto type = part.is_object() ? part.find("type") : part.end();
+                if (type == part.end() || *type != "text" || !part.contains("text") || !part["text"].is_string()) {
                     throw ApiError{400, "message content parts must be {\"type\": \"text\", \"text\": ...}"};
                 }
                 content += part["text"].get<std::string>();
