@@ -74,7 +74,9 @@ KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type
         ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctxs_[d], buft);
         if (!buf) {
             double bytes = 0;
-            for (ggml_tensor *t = ggml_get_first_tensor(ctxs_[d]); t; t = ggml_get_next_tensor(ctxs_[d], t)) bytes += (double)ggml_nbytes(t);
+            for (ggml_tensor *t = ggml_get_first_tensor(ctxs_[d]); t; t = ggml_get_next_tensor(ctxs_[d], t)) {
+                bytes += (double)ggml_nbytes(t);
+            }
             release();
             (void)take_held_ggml_error();  // its allocator's lines say the same in bytes
             fail("could not allocate the KV cache ({} cells, {:.1f} GiB) on {}: lower -c", n_ctx, bytes / (1 << 30),

@@ -221,24 +221,24 @@ std::vector<text::Message> messages_of(const json &b) {
 // or OpenAI's other form of one prompt, its token ids (taken as they are).
 std::vector<int32_t> prompt_of(const json &b, const text::Vocab &vocab) {
     auto it = b.find("prompt");
-    if (it != b.end() && it->is_string()) return vocab.tokenize(it->get<std::string>(), true, false);
-    if (it != b.end() && it->is_array() && it->empty()) throw ApiError{400, "'prompt' is an empty array: no tokens to continue"};
-    if (it != b.end() && it->is_array() && (*it)[0].is_number_integer()) {
-        std::vector<int32_t> ids;
-        for (const json &id : *it) {
-            const int64_t v = id.is_number_integer() ? id.get<int64_t>() : -1;
-            if (v < 0 || v >= vocab.n_tokens()) {
-                throw ApiError{400, fmt::format("'prompt' token ids must be integers from 0 to {}, found {}", vocab.n_tokens() - 1,
-                                                id.dump())};
-            }
-            ids.push_back((int32_t)v);
-        }
-        return ids;
+    if (it == b.end() || !(it->is_string() || it->is_array())) {
+        throw ApiError{400, "'prompt' must be a string or an array of token ids"};
     }
-    if (it != b.end() && it->is_array()) {
+    if (it->is_string()) return vocab.tokenize(it->get<std::string>(), true, false);
+    if (it->empty()) throw ApiError{400, "'prompt' is an empty array: no tokens to continue"};
+    if (!(*it)[0].is_number_integer()) {
         throw ApiError{400, "'prompt': one prompt per request (a string or an array of token ids), found an array of prompts"};
     }
-    throw ApiError{400, "'prompt' must be a string or an array of token ids"};
+    std::vector<int32_t> ids;
+    for (const json &id : *it) {
+        const int64_t v = id.is_number_integer() ? id.get<int64_t>() : -1;
+        if (v < 0 || v >= vocab.n_tokens()) {
+            throw ApiError{400,
+                           fmt::format("'prompt' token ids must be integers from 0 to {}, found {}", vocab.n_tokens() - 1, id.dump())};
+        }
+        ids.push_back((int32_t)v);
+    }
+    return ids;
 }
 
 }  // namespace

@@ -46,9 +46,10 @@ T field(const nlohmann::ordered_json &body, const char *key, T fallback, const c
         }
     } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
         // an integer past T's range would wrap around
-        const bool fits = it->is_number_unsigned() ? it->get<uint64_t>() <= (uint64_t)std::numeric_limits<T>::max()
-                                                   : it->get<int64_t>() >= (int64_t)std::numeric_limits<T>::min() &&
-                                                         it->get<int64_t>() <= (int64_t)std::numeric_limits<T>::max();
+        using limits = std::numeric_limits<T>;
+        const bool fits = it->is_number_unsigned()
+                              ? it->get<uint64_t>() <= (uint64_t)limits::max()
+                              : it->get<int64_t>() >= (int64_t)limits::min() && it->get<int64_t>() <= (int64_t)limits::max();
         if (!fits) throw ApiError{400, fmt::format("'{}' is out of range: {}", key, it->dump())};
     }
     return it->get<T>();
