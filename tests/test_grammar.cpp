@@ -1,6 +1,7 @@
 // GBNF grammars: parsing (llama.cpp's own example grammars included), whole
 // texts matched or refused, errors that name the line, and the token walk
 // the sampler relies on checked token by token against the plain definition.
+#include "core/flat_map.h"
 #include "gguf/gguf_reader.h"
 #include "test_util.h"
 #include "text/grammar.h"
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <unordered_map>
 
 using namespace toy;
 using text::Grammar;
@@ -259,4 +261,28 @@ TEST(Grammar, AnAmbiguousGrammarIsRefusedBeforeItsReadingsExplode) {
         }
     });
     EXPECT_NE(walk_err.find("more than 4096 ways"), std::string::npos) << walk_err;
+}
+
+// The parse-stack cache's map: every key found again with its first value
+// across growth, including keys that differ only in their high bits (a
+// node's position is the high half of its key).
+TEST(Grammar, StackCacheMapKeepsEveryKey) {
+    U64Map map;
+    std::unordered_map<uint64_t, int32_t> plain;
+    std::mt19937_64 rng(7);
+    for (int32_t i = 0; i < 50000; ++i) {
+        const uint64_t key = i % 2 ? rng() % 1000 : (uint64_t)(rng() % 5000) << 32;
+        const auto [value, added] = map.try_emplace(key, i);
+        const auto [it, plain_added] = plain.try_emplace(key, i);
+        ASSERT_EQ(added, plain_added) << key;
+        ASSERT_EQ(value, it->second) << key;
+    }
+    EXPECT_EQ(map.size(), plain.size());
+    for (const auto &[key, value] : plain) {
+        const int32_t *found = map.find(key);
+        ASSERT_NE(found, nullptr) << key;
+        EXPECT_EQ(*found, value);
+    }
+    EXPECT_EQ(map.find(123456789), nullptr);
+    EXPECT_EQ(U64Map().find(0), nullptr);
 }

@@ -1,6 +1,7 @@
 #include "text/grammar.h"
 
 #include "core/error.h"
+#include "core/flat_map.h"
 #include "text/unicode.h"
 #include "text/vocab.h"
 
@@ -482,10 +483,10 @@ struct GrammarState::Cache {
         int32_t parent;
     };
     std::vector<Node> nodes;
-    std::unordered_map<uint64_t, int32_t> node_ids;
+    U64Map node_ids;                               // (pos, parent) -> node
     std::vector<std::vector<int32_t>> sets;
     std::map<std::vector<int32_t>, int32_t> set_ids;
-    std::unordered_map<uint64_t, int32_t> steps;  // (set, code point) -> set
+    U64Map steps;                                  // (set, code point) -> set
     std::vector<uint32_t> seen;                    // closure marks, by node
     uint32_t epoch = 0;
     int32_t empty = 0;                             // the set with no stacks: nothing can follow
@@ -495,14 +496,18 @@ struct GrammarState::Cache {
     // exponentially with its length (`root ::= [a-z] root? [a-z]? root? [a-z]?`
     // doubles them with every letter); each way is a stack, and every step
     // walks them all. JSON-schema grammars stay below a few hundred.
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+    static constexpr size_t kMaxStacks = 256;  // fuzz builds meet the bound sooner (fuzz/README.md)
+#else
     static constexpr size_t kMaxStacks = 4096;
+#endif
 
     int32_t node(uint32_t pos, int32_t parent) {
         if (g.elements()[pos].kind == Kind::End) return parent;
         const uint64_t key = (uint64_t)pos << 32 | (uint32_t)parent;
-        auto [it, added] = node_ids.try_emplace(key, (int32_t)nodes.size());
+        const auto [id, added] = node_ids.try_emplace(key, (int32_t)nodes.size());
         if (added) nodes.push_back({pos, parent});
-        return it->second;
+        return id;
     }
 
     // The terminal-topped stacks `stack` stands for.
@@ -590,7 +595,7 @@ struct GrammarState::Cache {
 
     int32_t advance(int32_t set, uint32_t cpt) {
         const uint64_t key = (uint64_t)set << 32 | cpt;
-        if (auto it = steps.find(key); it != steps.end()) return it->second;
+        if (const int32_t *known = steps.find(key)) return *known;
         ++epoch;
         std::vector<int32_t> out;
         const size_t n = sets[set].size();
@@ -600,7 +605,7 @@ struct GrammarState::Cache {
             close(node(nodes[s].pos + 1, nodes[s].parent), out);
         }
         const int32_t next = intern(std::move(out));
-        steps.emplace(key, next);
+        steps.try_emplace(key, next);
         return next;
     }
 
