@@ -145,6 +145,16 @@ TEST(Perplexity, KlDivergenceOfAModelFromItselfIsZero) {
     EXPECT_NEAR(k.ppl.value, reference()["stories260K"]["ppl"].get<double>(), 1e-3 * k.ppl.value);
 }
 
+// The smallest window toy perplexity accepts writes a base file it reads back
+// (the reader wanted 4 tokens and refused toy's own file of 3).
+TEST(Perplexity, BaseFileOfTheSmallestWindowReadsBack) {
+    TempDir dir;
+    const std::string base = write_base(stories_model(), dir.file("base3.kld"), 3, 5);
+    const eval::KlStats k = kl_of(stories_model(), base);
+    EXPECT_EQ(k.count, 5);  // one scored position per window
+    EXPECT_LT(std::abs(k.kld.value), 1e-6);
+}
+
 // A Q8_0 copy made by toy export, against the F32 model: llama-perplexity's
 // statistics on the same pair (its base file, written by toy, is byte for
 // byte llama-perplexity's: scripts/make-perplexity-reference.sh checks).
@@ -248,6 +258,12 @@ TEST(Perplexity, BadInputsAreOneLineErrors) {
     expect_error(run_toy(fmt::format("perplexity -m {} -c 128", model)), "-f: a text file");
     expect_error(run_toy(fmt::format("perplexity -m {} --kl-divergence", model)), "--kl-divergence-base");
     expect_error(run_toy(fmt::format("perplexity -m {} -f {} -c 1", model, shell_quote(stories_text()))), "-c: a window");
+    // two tokens leave nothing to score (the second half starts at the last token): was "PPL = -nan"
+    expect_error(run_toy(fmt::format("perplexity -m {} -f {} -c 2", model, shell_quote(stories_text()))),
+                 "-c: a window needs at least 3 tokens (the second half of each is scored), found 2");
+    expect_error(run_toy(fmt::format("imatrix -m {} -f {} -c 2 -o {}", model, shell_quote(stories_text()),
+                                     shell_quote(dir.file("im.gguf")))),
+                 "-c: a window needs at least 3 tokens");
     {
         std::ofstream(dir.file("junk.kld")) << "not a logits file at all";
         expect_error(run_toy(fmt::format("perplexity -m {} --kl-divergence-base {} --kl-divergence", model,
@@ -271,6 +287,17 @@ TEST(Perplexity, BadInputsAreOneLineErrors) {
         expect_error(run_toy(fmt::format("perplexity -m {} -f {} --kl-divergence-base {} --kl-divergence", model,
                                          shell_quote(dir.file("other.txt")), shell_quote(base))),
                      "the base file");
+    }
+    // counts forged so that their product in 64 bits would wrap around to the file's size
+    {
+        std::ifstream in(base, std::ios::binary);
+        std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const int32_t huge[3] = {INT32_MAX, 512, INT32_MAX};
+        bytes.replace(8, sizeof huge, reinterpret_cast<const char *>(huge), sizeof huge);
+        std::ofstream(dir.file("forged.kld"), std::ios::binary) << bytes;
+        expect_error(run_toy(fmt::format("perplexity -m {} --kl-divergence-base {} --kl-divergence", model,
+                                         shell_quote(dir.file("forged.kld")))),
+                     "2147483647 chunks make more than 2^64 bytes");
     }
     // truncated
     {

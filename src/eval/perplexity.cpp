@@ -217,7 +217,7 @@ public:
         in_.read(reinterpret_cast<char *>(h), sizeof h);
         if (!in_) fail("--kl-divergence-base {}: the header ends early", path);
         hdr_.n_ctx = h[0], hdr_.n_vocab = h[1], hdr_.n_chunk = h[2];
-        if (hdr_.n_ctx < 4 || hdr_.n_vocab < 1 || hdr_.n_chunk < 1) {
+        if (hdr_.n_ctx < kMinWindow || hdr_.n_vocab < 1 || hdr_.n_chunk < 1) {
             fail("--kl-divergence-base {}: header n_ctx {}, n_vocab {}, n_chunk {} out of range", path, hdr_.n_ctx,
                  hdr_.n_vocab, hdr_.n_chunk);
         }
@@ -226,12 +226,15 @@ public:
                  n_vocab);
         }
         rows_ = hdr_.n_ctx - 1 - hdr_.n_ctx / 2;
-        const uint64_t want = 8 + 12 + 4 * (uint64_t)(hdr_.n_chunk * hdr_.n_ctx) +
-                              2 * (uint64_t)(hdr_.n_chunk * rows_ * row_u16(hdr_.n_vocab));
+        // (in 128 bits: forged counts must not wrap around to the file's size)
+        using u128 = unsigned __int128;
+        const u128 want = 8 + 12 + 4 * (u128)hdr_.n_chunk * (u128)hdr_.n_ctx +
+                          2 * (u128)hdr_.n_chunk * (u128)rows_ * (u128)row_u16(hdr_.n_vocab);
         const uint64_t have = std::filesystem::file_size(path);
         if (have != want) {
+            const std::string size = want >> 64 ? "more than 2^64" : std::to_string((uint64_t)want);
             fail("--kl-divergence-base {}: {} bytes, but n_ctx {}, n_vocab {} and {} chunks make {} bytes (truncated?)",
-                 path, have, hdr_.n_ctx, hdr_.n_vocab, hdr_.n_chunk, want);
+                 path, have, hdr_.n_ctx, hdr_.n_vocab, hdr_.n_chunk, size);
         }
         hdr_.tokens.resize((size_t)(hdr_.n_chunk * hdr_.n_ctx));
         in_.read(reinterpret_cast<char *>(hdr_.tokens.data()), (std::streamsize)(hdr_.tokens.size() * 4));

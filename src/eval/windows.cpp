@@ -24,7 +24,9 @@ std::vector<int32_t> window_tokens(const text::Vocab &vocab, const std::string &
 }
 
 WindowPlan plan_windows(int64_t n_tokens, const WindowOptions &o, int64_t n_ubatch, const std::string &source) {
-    if (o.n_ctx < 2) fail("-c: a window needs at least 2 tokens, found {}", o.n_ctx);
+    if (o.n_ctx < kMinWindow) {
+        fail("-c: a window needs at least {} tokens (the second half of each is scored), found {}", kMinWindow, o.n_ctx);
+    }
     if (o.n_batch <= 0) fail("-b: expected a batch size > 0, found {}", o.n_batch);
     if (o.n_chunks == 0 || o.n_chunks < -1) fail("--chunks: expected a count > 0, found {}", o.n_chunks);
     if (n_tokens < 2 * o.n_ctx) {

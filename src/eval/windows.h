@@ -8,7 +8,9 @@
 //     by BOS when the vocabulary adds one (every window starts like a
 //     document), positions restart at 0 and windows never see each other;
 //   - there are floor(n_tokens / n_ctx) windows (at most --chunks), and at
-//     least 2*n_ctx tokens are needed.
+//     least 2*n_ctx tokens are needed;
+//   - positions n_ctx/2 .. n_ctx-2 of a window predict the next token and are
+//     scored, so a window has at least kMinWindow = 3 tokens.
 //
 // Several windows run in one graph as separate sequences of one KV cache
 // (runtime/batch.h), which is where a small context runs faster than one
@@ -25,6 +27,8 @@
 #include <vector>
 
 namespace toy::eval {
+
+constexpr int64_t kMinWindow = 3;
 
 struct WindowOptions {
     int64_t n_ctx = 512;     // tokens per window (-c)
