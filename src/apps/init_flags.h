@@ -12,11 +12,15 @@
 
 namespace toy::cli {
 
-// A flag whose value overrides the preset only when it was given.
+// A flag whose value overrides the preset only when it was given (its
+// --help shows no "=0": when not given, the preset's value applies).
 template <class T>
 struct Flag {
     T value{};
     CLI::Option *opt = nullptr;
+    void add(CLI::App &app, const std::string &name, const std::string &help) {
+        opt = app.add_option(name, value, help)->default_str("");
+    }
     bool given() const { return opt && opt->count() > 0; }
     void apply(T &target) const {
         if (given()) target = value;
