@@ -58,6 +58,21 @@ TEST(MetadataRanges, EveryBadValueIsOneLineNamingItsKey) {
         {llama, "llama.block_count", gguf::Value::u32(2000000000), "block_count"},
         {llama, "tokenizer.ggml.tokens", gguf::Value::str_array({"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}),
          "tokenizer.ggml.tokens"},
+        {llama, "llama.feed_forward_length", gguf::Value::u64(1ull << 40), "feed_forward_length"},
+        {llama, "llama.attention.key_length", gguf::Value::u32(100000), "key_length"},
+        {llama, "llama.attention.value_length", gguf::Value::u32(100000), "value_length"},
+        {llama, "llama.rope.scaling.original_context_length", gguf::Value::i32(-1), "original_context_length"},
+        {llama, "llama.rope.scaling.yarn_beta_fast", gguf::Value::f32(INFINITY), "yarn_beta_fast"},
+        {llama, "llama.rope.scaling.yarn_beta_slow", gguf::Value::f32(nan), "yarn_beta_slow"},
+        {llama, "llama.context_length", gguf::Value::u64(1ull << 40), "context_length"},
+        // past int's range: a cast wrapped these to 8 and 4096 and ran
+        {llama, "llama.rope.dimension_count", gguf::Value::u64((1ull << 32) + 8), "rope.dimension_count"},
+        {llama, "llama.rope.scaling.original_context_length", gguf::Value::u64((1ull << 32) + 4096),
+         "original_context_length"},
+        {gemma, "gemma2.attention.sliding_window_pattern", gguf::Value::i32(-2), "sliding_window_pattern"},
+        {gemma, "gemma2.attention.sliding_window_pattern", gguf::Value::u64((1ull << 32) + 2), "sliding_window_pattern"},
+        {moe, "llama.expert_count", gguf::Value::u32(70000), "expert_count"},
+        {"qwen3moe.f32", "qwen3moe.expert_feed_forward_length", gguf::Value::u32(0), "expert_feed_forward_length"},
     };
     for (const Bad &b : bad) {
         SCOPED_TRACE(b.fixture + " " + b.key);
@@ -85,6 +100,10 @@ TEST(MetadataRanges, EveryBadValueIsOneLineNamingItsKey) {
            {"llama.rope.scaling.low_freq_factor", gguf::Value::f32(4.0f)},
            {"llama.rope.scaling.high_freq_factor", gguf::Value::f32(4.0f)}});
     EXPECT_NE(test::error_of([&] { Config::from_gguf(*gguf::File::open(path)); }).find("high_freq_factor"), std::string::npos);
+    forge(test::fixture_path(llama + ".gguf"), path,
+          {{"llama.rope.scaling.type", gguf::Value::str("yarn")}, {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)},
+           {"llama.rope.scaling.yarn_ext_factor", gguf::Value::f32(-1.0f)}});
+    EXPECT_NE(test::error_of([&] { Config::from_gguf(*gguf::File::open(path)); }).find("yarn_ext_factor"), std::string::npos);
 }
 
 TEST(MetadataRanges, SpecialTokenIdsOutOfRangeAreANamedWarning) {

@@ -3,8 +3,11 @@
 
 #include <ggml.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numbers>
+#include <optional>
 
 namespace toy {
 namespace {
@@ -74,6 +77,17 @@ std::vector<float> llama3_freq_factors(int n_rot, float base, float factor, floa
         }
     }
     return out;
+}
+
+// An integer key read into an int: a value past int's range is an error
+// naming the key (a cast would wrap 2^32 + 8 around to 8 and run with it).
+// A fallback taken from another key is clamped; that key's own range check
+// names it.
+int opt_int32(const gguf::File &f, const std::string &key, int64_t fallback) {
+    const std::optional<int64_t> v = f.opt_int(key);
+    if (!v) return (int)std::clamp<int64_t>(fallback, INT32_MIN, INT32_MAX);
+    if (*v < INT32_MIN || *v > INT32_MAX) fail("{}: key '{}': expected a 32-bit integer, found {}", f.path(), key, *v);
+    return (int)*v;
 }
 
 // The accepted range of every number Config takes from the metadata, in one
@@ -212,13 +226,13 @@ Config Config::from_gguf(const gguf::File &f) {
     // ---- rope ----
     RopeConfig &r = c.rope;
     r.mode = row->rope_mode;
-    r.n_rot = (int)f.opt_int(key("rope.dimension_count")).value_or(c.head_dim_k);
+    r.n_rot = opt_int32(f, key("rope.dimension_count"), c.head_dim_k);
     if (c.pos == PosKind::Rope && (r.n_rot <= 0 || r.n_rot > c.head_dim_k || r.n_rot % 2 != 0)) {
         fail("{}: key '{}rope.dimension_count': expected an even number <= head size {}, found {}", f.path(), p,
              c.head_dim_k, r.n_rot);
     }
     r.freq_base = (float)f.opt_float(key("rope.freq_base")).value_or(10000.0);
-    r.n_ctx_orig = (int)f.opt_int(key("rope.scaling.original_context_length")).value_or(c.n_ctx_train);
+    r.n_ctx_orig = opt_int32(f, key("rope.scaling.original_context_length"), c.n_ctx_train);
     const std::string scaling = f.opt_string(key("rope.scaling.type")).value_or("linear");
     const RopeScalingKeys rs{
         f.opt_float(key("rope.scaling.factor")).value_or(f.opt_float(key("rope.scale_linear")).value_or(0.0)),
@@ -258,7 +272,7 @@ Config Config::from_gguf(const gguf::File &f) {
         if (factor <= 0) fail("{}: rope scaling llama3 needs '{}rope.scaling.factor'", f.path(), p);
         r.freq_factors = llama3_freq_factors(
             r.n_rot, r.freq_base, (float)factor, (float)rs.low_freq_factor, (float)rs.high_freq_factor,
-            (int)f.opt_int(key("rope.scaling.original_context_length")).value_or(8192));
+            opt_int32(f, key("rope.scaling.original_context_length"), 8192));
     }
 
     // ---- attention extras ----
@@ -270,7 +284,10 @@ Config Config::from_gguf(const gguf::File &f) {
     if (c.n_swa < 0) fail("{}: key '{}attention.sliding_window': expected >= 0, found {}", f.path(), p, c.n_swa);
     c.swa_layers.assign(c.n_layer, false);
     if (c.n_swa > 0) {
-        int pattern = (int)f.opt_int(key("attention.sliding_window_pattern")).value_or(row->swa_pattern);
+        const int pattern = opt_int32(f, key("attention.sliding_window_pattern"), row->swa_pattern);
+        if (pattern < 0) {
+            fail("{}: key '{}attention.sliding_window_pattern': expected a layer count >= 0, found {}", f.path(), p, pattern);
+        }
         for (int64_t il = 0; il < c.n_layer; ++il) {
             c.swa_layers[il] = pattern <= 0 || (il % pattern) < (pattern - 1);
         }
