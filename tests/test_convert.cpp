@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -515,6 +516,16 @@ TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
         fs::copy_file(test::shared_path("models/stories260K.bin"), bin);
         fs::resize_file(bin, 100000);
         expect_error(bin + " --tokenizer " + test::shell_quote(test::shared_path("models/tok512.bin")), "(truncated)");
+    }
+    {  // a llama2.c tokenizer with a NaN score (SPM orders its merges by score; the GGUF reader refuses it too)
+        std::ifstream in(test::shared_path("models/tok512.bin"), std::ios::binary);
+        std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const float nan = std::nanf("");
+        bytes.replace(4, 4, reinterpret_cast<const char *>(&nan), 4);  // token 0's score, after max_token_length
+        const std::string tok = tmp.file("nan-tok.bin");
+        std::ofstream(tok, std::ios::binary) << bytes;
+        expect_error(test::shell_quote(test::shared_path("models/stories260K.bin")) + " --tokenizer " + test::shell_quote(tok),
+                     "token 0 has score NaN");
     }
     expect_error(test::shell_quote(good) + " --outtype q3", "--outtype: unknown type 'q3' (expected auto, f32, f16, bf16, q8_0 or a type of toy quantize");
     expect_error(test::shell_quote(tmp.file("nothing-here")), "no such file or directory");

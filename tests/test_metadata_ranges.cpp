@@ -74,6 +74,19 @@ TEST(MetadataRanges, EveryBadValueIsOneLineNamingItsKey) {
         {moe, "llama.expert_count", gguf::Value::u32(70000), "expert_count"},
         {"qwen3moe.f32", "qwen3moe.expert_feed_forward_length", gguf::Value::u32(0), "expert_feed_forward_length"},
     };
+    // a NaN among the SPM scores that order merges: the vocabulary refuses it
+    {
+        test::TempDir dir;
+        const std::string path = dir.file("nan-score.gguf");
+        const std::string src = test::shared_path("models/stories260K.gguf");
+        std::vector<float> scores = gguf::File::open(src)->get_float_array("tokenizer.ggml.scores");
+        scores[300] = nan;
+        forge(src, path, {{"tokenizer.ggml.scores", gguf::Value::f32_array(scores)}});
+        const auto r = test::run_toy("run -m " + path + " -p Once -n 2");
+        EXPECT_EQ(r.code, 1) << r.err;
+        EXPECT_NE(r.err.find("tokenizer.ggml.scores: token 300 has score NaN"), std::string::npos) << r.err;
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    }
     for (const Bad &b : bad) {
         SCOPED_TRACE(b.fixture + " " + b.key);
         test::TempDir dir;

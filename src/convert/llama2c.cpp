@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +42,7 @@ void read_tokenizer(const std::string &path, int64_t n_vocab, Converted &out) {
         int32_t len = 0;
         read(&score, 4, "score", id);
         read(&len, 4, "length", id);
+        if (std::isnan(score)) fail("{}: token {} has score NaN (tokenization orders merges by score)", path, id);
         if (len < 0 || len > max_len) fail("{}: token {} has length {}, expected 0..{}", path, id, len, max_len);
         std::string text((size_t)len, '\0');
         read(text.data(), (size_t)len, "text", id);

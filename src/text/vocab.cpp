@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <optional>
 #include <queue>
 
@@ -182,6 +183,10 @@ Vocab Vocab::load(const gguf::File &file) {
         scores = file.get_float_array("tokenizer.ggml.scores");
         if (scores.size() < n) {
             fail("{}: tokenizer.ggml.scores: expected {} scores (one per token), found {}", path, n, scores.size());
+        }
+        // (infinities are fine: -inf marks a token that never wins a merge)
+        for (size_t i = 0; i < n; ++i) {
+            if (std::isnan(scores[i])) fail("{}: tokenizer.ggml.scores: token {} has score NaN", path, i);
         }
     }
     std::vector<int64_t> types;
