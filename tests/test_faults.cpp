@@ -185,3 +185,29 @@ TEST(Faults, DevicesLinksAndDirectoriesAreNotReplaced) {
     for (const auto &e : fs::directory_iterator(d.file(""))) left += e.path().filename().string().find(".tmp.") != std::string::npos;
     EXPECT_EQ(left, 0u);
 }
+
+// Names shaped like toy's temporaries or checkpoints but with numbers no
+// writer could have used: a pid past pid_t (or 0), a step past int64. Every
+// write to the target then failed with "internal: stol" after writing it,
+// and --resume with "internal: stoll".
+TEST(Faults, TemporaryAndCheckpointNamesWithImpossibleNumbersAreLeftAlone) {
+    namespace fs = std::filesystem;
+    TempDir d;
+    const std::string target = d.file("m.gguf");
+    const std::string huge_pid = target + ".tmp.99999999999999999999.abcdef", pid0 = target + ".tmp.0.abcdef";
+    std::ofstream(huge_pid) << "x";
+    std::ofstream(pid0) << "x";
+    auto r = toy::test::run_toy("logits -m " + kStories + " --tokens 1,2 -o " + shell_quote(target));
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(fs::exists(target));
+    EXPECT_TRUE(fs::exists(huge_pid) && fs::exists(pid0));  // not ours to remove
+
+    const std::string ckpt = d.file("ckpt");
+    fs::create_directory(ckpt);
+    std::ofstream(ckpt + "/checkpoint-99999999999999999999999.gguf") << "x";
+    r = toy::test::run_toy("train --resume " + shell_quote(ckpt));
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.err.find("internal"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.rfind("toy: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}

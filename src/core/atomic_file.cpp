@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -95,7 +97,13 @@ void remove_stale_temporaries(const std::string &dir, const std::function<bool(s
         const size_t dot = rest.find('.');
         if (dot == std::string::npos || dot == 0 || rest.find_first_not_of("0123456789") != dot || rest.size() - dot != 7) continue;
         if (!owns(std::string_view(name).substr(0, tmp))) continue;
-        const pid_t pid = (pid_t)std::stol(rest.substr(0, dot));
+        // a number no process can have (past pid_t, or 0) is not a writer's: leave the file alone
+        int64_t number = 0;
+        if (std::from_chars(rest.data(), rest.data() + dot, number).ec != std::errc() || number <= 0 ||
+            number > std::numeric_limits<pid_t>::max()) {
+            continue;
+        }
+        const pid_t pid = (pid_t)number;
         if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
         std::filesystem::remove(e.path(), ec);
     }

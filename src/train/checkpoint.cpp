@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 
@@ -19,13 +20,16 @@ constexpr uint32_t kVersion = 1;
 
 std::vector<uint32_t> as_u32(const std::vector<int64_t> &v) { return {v.begin(), v.end()}; }
 
-// "checkpoint-000123.gguf" -> 123, or -1.
+// "checkpoint-000123.gguf" -> 123, or -1 (also for a step past int64: no
+// run of toy's wrote that name).
 int64_t step_of(const fs::path &p) {
     const std::string n = p.filename().string();
     if (!n.starts_with("checkpoint-") || !n.ends_with(".gguf")) return -1;
     const std::string digits = n.substr(11, n.size() - 16);
     if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-    return std::stoll(digits);
+    int64_t step = -1;
+    if (std::from_chars(digits.data(), digits.data() + digits.size(), step).ec != std::errc()) return -1;
+    return step;
 }
 
 // The file, once it is known to be a checkpoint this toy reads.
