@@ -139,6 +139,8 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
              {"--adam-eps 0", "--adam-eps"},
              {"--keep-checkpoints 0", "--keep-checkpoints"},
              {"--checkpoint-every -1", "--checkpoint-every"},
+             // a directory that cannot be made (was "internal: filesystem error")
+             {"--steps 1 --checkpoint-dir " + ok + "/sub", "--checkpoint-dir " + ok + "/sub: cannot create the directory: Not a directory"},
          }) {
         SCOPED_TRACE(flags);
         expect_one_line_error(run_toy(bare + flags), needle);

@@ -7,6 +7,7 @@
 #include "apps/cli.h"
 #include "apps/init_flags.h"
 #include "apps/session_options.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "train/bench.h"
 #include "train/run.h"
@@ -43,7 +44,8 @@ int run_bench(const TrainFlags &f) {
     struct Cleanup {
         std::string path;
         ~Cleanup() {
-            if (!path.empty()) fs::remove(path);
+            std::error_code ec;  // (a destructor: never throws)
+            if (!path.empty()) fs::remove(path, ec);
         }
     } cleanup{f.from_scratch ? f.s.model : ""};
     const train::RunSettings &s = f.s;
@@ -126,8 +128,9 @@ int run_train(TrainFlags &f) {
             if (f.bench_steps > 0) {
                 s.model = (fs::temp_directory_path() / fmt::format("toy-bench-{}.init.gguf", getpid())).string();
             } else {
-                const fs::path dir = f.io.checkpoint_dir.empty() ? fs::path(f.io.output).parent_path() : fs::path(f.io.checkpoint_dir);
-                if (!dir.empty()) fs::create_directories(dir);
+                const bool beside_output = f.io.checkpoint_dir.empty();
+                const fs::path dir = beside_output ? fs::path(f.io.output).parent_path() : fs::path(f.io.checkpoint_dir);
+                if (!dir.empty()) make_directories(dir.string(), beside_output ? "-o" : "--checkpoint-dir");
                 s.model = (dir / (fs::path(f.io.output).stem().string() + ".init.gguf")).string();
             }
             const InitResult r = init_model(o, s.model);

@@ -86,6 +86,12 @@ std::filesystem::path dir_of(const std::string &file) {
 
 }  // namespace
 
+void make_directories(const std::string &dir, std::string_view flag) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail("{} {}: cannot create the directory: {}", flag, dir, ec.message());
+}
+
 void remove_stale_temporaries(const std::string &dir, const std::function<bool(std::string_view target)> &owns) {
     std::error_code ec;
     for (const auto &e : std::filesystem::directory_iterator(dir, ec)) {

@@ -55,4 +55,9 @@ void remove_stale_temporaries(const std::string &dir, const std::function<bool(s
 // The whole file in one atomic write.
 void write_file_atomic(const std::string &path, std::string_view bytes);
 
+// Creates `dir` and its missing parents for what `flag` names; a one-line
+// toy::Error when it cannot ("--checkpoint-dir x/y: cannot create the
+// directory: Not a directory").
+void make_directories(const std::string &dir, std::string_view flag);
+
 }  // namespace toy

@@ -293,7 +293,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
                     val.windows.size(), total, per_step, steps_per_epoch));
 
     // 4. The loop.
-    if (!io.checkpoint_dir.empty()) fs::create_directories(io.checkpoint_dir);
+    if (!io.checkpoint_dir.empty()) make_directories(io.checkpoint_dir, "--checkpoint-dir");
     CsvLog csv(io.log_csv, !resume.empty(), st.step);
     auto save = [&](int64_t step) {
         if (io.checkpoint_dir.empty()) return;
@@ -375,13 +375,14 @@ RunResult run_training(RunSettings s, const RunIo &io) {
             tm->write(standard);
             ExportOptions eo;
             eo.per_head_layout = true;
+            std::error_code ec;  // (removing the temporary must not hide the export's own error)
             try {
                 export_model(*Model::load(standard, trainable_load_options()), LoraSet{}, io.output, eo);
             } catch (...) {
-                fs::remove(standard);
+                fs::remove(standard, ec);
                 throw;
             }
-            fs::remove(standard);
+            fs::remove(standard, ec);
         } else {
             tm->write(io.output);
         }
