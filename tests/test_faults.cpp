@@ -169,6 +169,21 @@ TEST(Faults, DevicesLinksAndDirectoriesAreNotReplaced) {
     EXPECT_NE(r.err.find("toy: error: /dev/full: write failed: No space left on device"), std::string::npos) << r.err;
     EXPECT_TRUE(fs::is_character_file("/dev/full"));
 
+    // every command that writes a model can write it to a device (the size
+    // reported is what was written: a file size of /dev/null was
+    // "internal: filesystem error", or 16 EiB)
+    const std::string bin = toy::test::shared_path("models/stories260K.bin"), tok = toy::test::shared_path("models/tok512.bin");
+    for (const std::string &cmd : {"quantize " + kStories + " /dev/null Q8_0", "export -m " + kStories + " -o /dev/null",
+                                   "convert " + bin + " --tokenizer " + tok + " -o /dev/null",
+                                   std::string("init --arch llama --n-layer 1 -o /dev/null")}) {
+        SCOPED_TRACE(cmd);
+        r = toy::test::run_toy(cmd);
+        EXPECT_EQ(r.code, 0) << r.err;
+        EXPECT_NE(r.err.find("toy: wrote /dev/null: "), std::string::npos) << r.err;
+        EXPECT_EQ(r.err.find(" GiB"), std::string::npos) << r.err;
+        EXPECT_TRUE(fs::is_character_file("/dev/null"));
+    }
+
     TempDir d;
     const std::string real = d.file("real.bin"), link = d.file("link.bin");
     std::ofstream(real) << "old";

@@ -134,8 +134,7 @@ WriteResult write_converted(const Converted &m, OutType type, const std::string 
             quantize_rows(st, v.data(), out, n_rows, ne[0], n_threads);
         });
     }
-    w.write(path);
-    r.bytes = std::filesystem::file_size(path);
+    r.bytes = w.write(path);
     return r;
 }
 

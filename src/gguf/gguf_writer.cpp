@@ -134,7 +134,7 @@ void Writer::add_tensor(const std::string &name, ggml_type type, std::array<int6
     tensors_.push_back(std::move(p));
 }
 
-void Writer::write(const std::string &path) const {
+uint64_t Writer::write(const std::string &path) const {
     // Serialize the header first: every validation error surfaces before a file exists.
     std::vector<KeyValue> kv = kv_;
     bool has_alignment = false;
@@ -189,6 +189,7 @@ void Writer::write(const std::string &path) const {
         progress.add(p.info.nbytes);
     }
     tmp.commit();
+    return tmp.written();
 }
 
 }  // namespace toy::gguf

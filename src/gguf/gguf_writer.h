@@ -30,7 +30,9 @@ public:
                     Fill fill);
 
     size_t n_tensors() const { return tensors_.size(); }
-    void write(const std::string &path) const;  // atomic; throws toy::Error
+    // Writes the file atomically; throws toy::Error. Returns the bytes written
+    // (the size of the file, or what went to a device such as /dev/null).
+    uint64_t write(const std::string &path) const;
 
 private:
     struct Pending {

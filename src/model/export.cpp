@@ -152,8 +152,7 @@ ExportResult export_model(const Model &base, const LoraSet &adapters, const std:
     }
     if (quantized) w.set("general.quantization_version", gguf::Value::u32(GGML_QNT_VERSION));
     if (o.per_head_layout) w.set("toy.ggml_native", gguf::Value::boolean(true));
-    w.write(path);
-    res.bytes = std::filesystem::file_size(path);
+    res.bytes = w.write(path);
     return res;
 }
 

@@ -810,9 +810,7 @@ InitResult init_model(const InitOptions &o_in, const std::string &path) {
         r.tensors.push_back({p.name, p.type, std::vector<int64_t>(p.ne.begin(), p.ne.begin() + p.n_dims)});
         r.n_params += p.n_elements();
     }
-    w.write(path);
-    std::error_code ec;
-    r.file_bytes = fs::file_size(path, ec);
+    r.file_bytes = w.write(path);
     return r;
 }
 

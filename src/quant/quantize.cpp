@@ -269,8 +269,7 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
         res.notes.push_back(fmt::format("{} quantized tensor{} no imatrix entry and {} quantized without one", n_imatrix_gaps,
                                         n_imatrix_gaps == 1 ? " has" : "s have", n_imatrix_gaps == 1 ? "was" : "were"));
     }
-    w.write(out);
-    res.file_bytes = fs::file_size(out);
+    res.file_bytes = w.write(out);
     return res;
 }
 
