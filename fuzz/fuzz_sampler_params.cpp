@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     if (!args.empty()) {
         try {
-            (void)text::stage_names(text::parse_stages(args[0]));
+            (void)text::stage_names(text::parse_stages(args[0], "--samplers"));
         } catch (const Error &) {
         }
         try {

@@ -250,17 +250,17 @@ TEST(Sampler, MirostatFollowsTheTargetSurprise) {
 TEST(Sampler, OrderIsConfigurableAndParsedAsLlamaCpp) {
     using toy::text::parse_stages;
     using toy::text::Stage;
-    EXPECT_EQ(parse_stages("ekypmxt"), parse_stages("penalties;top_k;typ_p;top_p;min_p;xtc;temperature"));
-    EXPECT_EQ(parse_stages("top-k;temp"), (std::vector<Stage>{Stage::TopK, Stage::Temperature}));
+    EXPECT_EQ(parse_stages("ekypmxt", "--samplers"), parse_stages("penalties;top_k;typ_p;top_p;min_p;xtc;temperature", "--samplers"));
+    EXPECT_EQ(parse_stages("top-k;temp", "--samplers"), (std::vector<Stage>{Stage::TopK, Stage::Temperature}));
     EXPECT_EQ(toy::text::stage_names(SamplerParams{}.order), "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature");
-    EXPECT_THROW(parse_stages("top_k;nope"), toy::Error);
+    EXPECT_THROW(parse_stages("top_k;nope", "--samplers"), toy::Error);
     // min-p before or after a hot temperature keeps different sets
     const std::vector<float> l = logs({0.6f, 0.25f, 0.1f, 0.05f});
     SamplerParams p = only(3.0f);
     p.min_p = 0.2f;
-    p.order = parse_stages("min_p;temperature");
+    p.order = parse_stages("min_p;temperature", "--samplers");
     EXPECT_EQ(kept_after(p, l), (std::set<int>{0, 1}));
-    p.order = parse_stages("temperature;min_p");
+    p.order = parse_stages("temperature;min_p", "--samplers");
     EXPECT_EQ(kept_after(p, l), (std::set<int>{0, 1, 2, 3}));
 }
 

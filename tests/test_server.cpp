@@ -224,6 +224,9 @@ TEST(Server, LogitBiasAndIgnoreEos) {
         post(c, "/v1/completions", body, &status);
         EXPECT_EQ(status, 400) << body;
     }
+    // the message names the request's field, not a command-line flag
+    const json unknown = post(c, "/v1/completions", R"({"prompt": "Once", "samplers": ["top_k", "wat"]})", &status);
+    EXPECT_EQ(unknown["error"]["message"].get<std::string>().rfind("'samplers': unknown sampler 'wat'", 0), 0u) << unknown.dump();
     json mirostat = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 4, "mirostat": 2, "typical_p": 0.9,
                                                    "samplers": ["top_k", "typ_p", "temperature"], "seed": 1})", &status);
     EXPECT_EQ(status, 200) << mirostat.dump();

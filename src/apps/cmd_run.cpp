@@ -325,11 +325,11 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
     number("--mirostat-lr", s.mirostat_eta, "mirostat learning rate (eta)");
     number("--mirostat-ent", s.mirostat_tau, "mirostat target entropy (tau)");
     app.add_option_function<std::string>(
-           "--samplers", [&s](const std::string &v) { s.order = text::parse_stages(v); },
+           "--samplers", [&s](const std::string &v) { s.order = text::parse_stages(v, "--samplers"); },
            "the sampling stages in order, ';'-separated")
         ->default_str(text::stage_names(s.order));
     app.add_option_function<std::string>(
-        "--sampling-seq", [&s](const std::string &v) { s.order = text::parse_stages(v); },
+        "--sampling-seq", [&s](const std::string &v) { s.order = text::parse_stages(v, "--sampling-seq"); },
         "the same as letters (e penalties, s top-n-sigma, k top-k, y typical, p top-p, m min-p, x xtc, t temperature)");
     app.add_option_function<std::vector<std::string>>(
         "-l,--logit-bias",

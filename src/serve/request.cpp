@@ -112,7 +112,7 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
             throw ApiError{400, "'samplers' must be an array of sampler names"};
         }
         try {
-            p.order = text::parse_stages(names);
+            p.order = text::parse_stages(names, "'samplers'");
         } catch (const Error &e) {
             throw ApiError{400, e.what()};
         }

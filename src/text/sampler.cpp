@@ -25,7 +25,7 @@ constexpr StageName kStages[] = {
 
 }  // namespace
 
-std::vector<Stage> parse_stages(const std::string &text) {
+std::vector<Stage> parse_stages(const std::string &text, std::string_view source) {
     std::vector<Stage> out;
     const bool letters = text.find(';') == std::string::npos && text.find('_') == std::string::npos &&
                          std::all_of(text.begin(), text.end(), [](char c) { return std::string("edskypmxt").find(c) != std::string::npos; });
@@ -47,8 +47,8 @@ std::vector<Stage> parse_stages(const std::string &text) {
         std::replace(name.begin(), name.end(), '-', '_');
         auto it = std::find_if(std::begin(kStages), std::end(kStages), [&](const StageName &s) { return name == s.name; });
         if (it == std::end(kStages)) {
-            fail("--samplers: unknown sampler '{}' (expected names like penalties;top_k;typ_p;top_p;min_p;xtc;temperature, "
-                 "or letters like ekypmxt)", text.substr(i, j - i));
+            fail("{}: unknown sampler '{}' (expected names like penalties;top_k;typ_p;top_p;min_p;xtc;temperature, "
+                 "or letters like ekypmxt)", source, text.substr(i, j - i));
         }
         out.push_back(it->stage);
         i = j + 1;

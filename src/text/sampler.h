@@ -12,6 +12,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace toy::text {
@@ -20,8 +21,9 @@ enum class Stage { Penalties, Dry, TopNSigma, TopK, Typical, TopP, MinP, Xtc, Te
 
 // llama.cpp's --samplers names separated by ';' (penalties, dry, top_n_sigma,
 // top_k, typ_p, top_p, min_p, xtc, temperature; also typical, temp, ...) or
-// its --sampling-seq letters (e, d, s, k, y, p, m, x, t). Throws toy::Error.
-std::vector<Stage> parse_stages(const std::string &text);
+// its --sampling-seq letters (e, d, s, k, y, p, m, x, t). Throws toy::Error
+// naming `source` (the flag or request field the text came from).
+std::vector<Stage> parse_stages(const std::string &text, std::string_view source);
 std::string stage_names(const std::vector<Stage> &order);
 
 struct SamplerParams {
