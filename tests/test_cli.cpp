@@ -80,6 +80,25 @@ TEST(Cli, BadInputIsOneLineError) {
 // More threads than ggml's CPU pool holds (512) crashed `toy run` (SIGSEGV
 // at -t 100000); every command that takes a thread count says so instead,
 // before it reads or writes anything.
+// The environment variables toy reads: a value it does not know is a named
+// warning and the default, never silently the default.
+TEST(Cli, UnknownEnvironmentValuesAreNamedWarnings) {
+    const std::string run = toy::test::shell_quote(toy::test::toy_bin()) + " run -m " + toy::test::fixture_path("llama-256.q8_0.gguf") +
+                            " --tokens 1,2 -n 2 --temp 0";
+    for (const auto &[env, warning] : std::vector<std::pair<std::string, std::string>>{
+             {"TOY_GGML_LOG=loud", "toy: warning: TOY_GGML_LOG=loud: expected info, debug or warn; using warn"},
+             {"TOY_FLASH_ATTN_KERNEL=fast", "toy: warning: TOY_FLASH_ATTN_KERNEL=fast: expected ggml"},
+             {"TOY_PACKED_KERNELS=sse9", "toy: warning: TOY_PACKED_KERNELS=sse9: expected avx512, avx2 or off"},
+         }) {
+        SCOPED_TRACE(env);
+        const auto r = toy::test::run_command(env + " " + run);
+        EXPECT_EQ(r.code, 0) << r.err;
+        EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+    }
+    const auto quiet = toy::test::run_command("TOY_GGML_LOG=warn TOY_FLASH_ATTN_KERNEL=ggml " + run);
+    EXPECT_EQ(quiet.err.find("warning"), std::string::npos) << quiet.err;
+}
+
 TEST(Cli, ThreadCountsPastGgmlsPoolAreOneLineErrors) {
     const toy::test::TempDir dir;
     const std::string out = dir.file("out.gguf");

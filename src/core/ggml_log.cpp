@@ -13,8 +13,10 @@ namespace {
 
 ggml_log_level threshold_from_env() {
     const char *v = std::getenv("TOY_GGML_LOG");
-    if (v && std::strcmp(v, "debug") == 0) return GGML_LOG_LEVEL_DEBUG;
-    if (v && std::strcmp(v, "info") == 0) return GGML_LOG_LEVEL_INFO;
+    if (!v || !*v || std::strcmp(v, "warn") == 0) return GGML_LOG_LEVEL_WARN;
+    if (std::strcmp(v, "debug") == 0) return GGML_LOG_LEVEL_DEBUG;
+    if (std::strcmp(v, "info") == 0) return GGML_LOG_LEVEL_INFO;
+    std::fprintf(stderr, "toy: warning: TOY_GGML_LOG=%s: expected info, debug or warn; using warn\n", v);
     return GGML_LOG_LEVEL_WARN;
 }
 

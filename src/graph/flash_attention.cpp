@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -228,7 +229,10 @@ void attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
 int kernel_lanes() {
     static const bool off = [] {
         const char *e = std::getenv("TOY_FLASH_ATTN_KERNEL");
-        return e && std::strcmp(e, "ggml") == 0;
+        if (!e || !*e) return false;
+        if (std::strcmp(e, "ggml") == 0) return true;
+        std::fprintf(stderr, "toy: warning: TOY_FLASH_ATTN_KERNEL=%s: expected ggml (or nothing: toy's kernel); using toy's\n", e);
+        return false;
     }();
     if (off) return 0;
     const std::string_view set = packed_kernels_name();
