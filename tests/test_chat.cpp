@@ -6,6 +6,7 @@
 #include "gguf/gguf_reader.h"
 #include "test_util.h"
 #include "text/chat_template.h"
+#include "text/jinja_guard.h"
 #include "text/vocab.h"
 
 #include <gtest/gtest.h>
@@ -19,7 +20,9 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <sstream>
 
@@ -207,6 +210,62 @@ TEST(ChatTemplate, ErrorsAreOneLineToyErrors) {
         EXPECT_NE(msg.find("Conversation roles must alternate"), std::string::npos) << msg;
         EXPECT_NE(msg.find("mistral7b"), std::string::npos) << msg;
     }
+}
+
+// A template comes with the model file, and Jinja loops and recurses: each
+// of these crashed toy (a stack overflow), hung it or took all the memory
+// (OOM-killed at 23 GB) when the template was first run. Now each is a
+// toy::Error naming the bound, at once.
+TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
+    const std::vector<Message> hi = {{"user", "hi"}};
+    for (const auto &[source, bound] : std::vector<std::pair<std::string, std::string>>{
+             {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nests calls more than 500 deep"},
+             {"{% for i in range(100000000) %}x{% endfor %}", "a list of more than 1048576 items"},
+             {"{{ 'x' * 3000000000 }}", "a string of more than 67108864 bytes"},
+             {"{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+              "a string of more than 1048576 pieces|ran more than 2000000 steps"},  // (doubling: whichever first)
+             {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+              "a list of more than 1048576 items|ran more than 2000000 steps"},
+             {"{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "ran more than 2000000 steps"},
+         }) {
+        SCOPED_TRACE(source);
+        const std::string e = toy::test::error_of([&] { ChatTemplate(source, "", "", "hostile").apply(hi, true); });
+        EXPECT_EQ(e.rfind("hostile: rendering failed: the template ", 0), 0u) << e;
+        EXPECT_TRUE(std::regex_search(e, std::regex(bound))) << e;
+        EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    }
+}
+
+// Real templates stay far below the bounds: the bundle's, on a long
+// conversation (its recursive ones, for tools' JSON schemas, included).
+TEST(ChatTemplate, RealTemplatesStayFarBelowTheStepBound) {
+    std::vector<Message> msgs = {{"system", "You are a helpful assistant."}};
+    for (int i = 0; i < 50; ++i) {
+        msgs.push_back({"user", "Question " + std::to_string(i) + ": " + std::string(500, 'q')});
+        msgs.push_back({"assistant", "Answer " + std::to_string(i) + ": " + std::string(500, 'a')});
+    }
+    msgs.push_back({"user", "And now?"});
+    int64_t most = 0;
+    std::string which;
+    for (const auto &e : std::filesystem::directory_iterator(std::string(TOY_LLAMA_SOURCE_DIR) + "/models/templates")) {
+        if (e.path().extension() != ".jinja") continue;
+        std::unique_ptr<ChatTemplate> t;
+        try {
+            t = std::make_unique<ChatTemplate>(read_file(e.path().string()), "<s>", "</s>", e.path().filename().string());
+            t->apply(msgs, true);
+        } catch (const toy::Error &err) {
+            // templates that refuse this conversation (roles, tools they require) say why; none may hit a bound
+            EXPECT_EQ(std::string(err.what()).find("the template ran more than"), std::string::npos) << err.what();
+            EXPECT_EQ(std::string(err.what()).find("the template nests"), std::string::npos) << err.what();
+            EXPECT_EQ(std::string(err.what()).find("the template builds"), std::string::npos) << err.what();
+            continue;
+        }
+        const int64_t used = toy::jinja_guard::kMaxSteps - toy::jinja_guard::budget.steps_left;
+        if (used > most) most = used, which = e.path().filename().string();
+    }
+    std::printf("most steps: %lld (%s) of %lld\n", (long long)most, which.c_str(), (long long)toy::jinja_guard::kMaxSteps);
+    EXPECT_GT(most, 0);
+    EXPECT_LT(most * 20, toy::jinja_guard::kMaxSteps) << which;
 }
 
 // ---- built-in fallbacks ----

@@ -131,3 +131,18 @@ TEST(MetadataRanges, SpecialTokenIdsOutOfRangeAreANamedWarning) {
     const auto ok = test::run_toy("run -m " + test::shared_path("models/stories260K.gguf") + " -p Once -n 2 --temp 0");
     EXPECT_EQ(ok.err.find("warning"), std::string::npos) << ok.err;
 }
+
+// A chat template in the model file that recurses without end: toy chat and
+// toy serve run it when they load the model (to learn what it supports) and
+// died of a stack overflow (SIGSEGV). Now one error line.
+TEST(MetadataRanges, ARunawayChatTemplateIsOneLineNotACrash) {
+    test::TempDir dir;
+    const std::string path = dir.file("rec.gguf");
+    forge(test::shared_path("models/stories260K.gguf"), path,
+          {{"tokenizer.chat_template", gguf::Value::str("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")}});
+    const auto r = test::run_toy("chat -m " + path + " < /dev/null");
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("toy: error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("the template nests calls more than 500 deep"), std::string::npos) << r.err;
+}
+

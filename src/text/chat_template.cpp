@@ -8,6 +8,7 @@
 #include "jinja/parser.h"
 #include "jinja/runtime.h"
 #include "jinja/value.h"
+#include "text/jinja_guard.h"
 
 #include <algorithm>
 #include <fstream>
@@ -130,6 +131,7 @@ ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::strin
     // The engine learns what a template does with messages by running it on
     // probes (a failing probe only clears a capability).
     try {
+        jinja_guard::reset();  // (the probes run the template: the same bounds as a rendering)
         const jinja::caps caps = jinja::caps_get(impl_->prog);
         system_role_ = caps.supports_system_role;
         typed_content_ = caps.supports_typed_content && !caps.supports_string_content;
@@ -161,6 +163,7 @@ Rendered ChatTemplate::render(const std::vector<Message> &msgs, bool add_generat
     }
 
     try {
+        jinja_guard::reset();
         jinja::context ctx(source_);
         auto messages = jinja::mk_val<jinja::value_array>();
         for (const Message &m : *use) {

@@ -1,0 +1,98 @@
+// Bounds on one rendering of a chat template. A template comes with the model
+// file (tokenizer.chat_template) and Jinja can loop and recurse: a macro that
+// calls itself without end overflowed the stack (SIGSEGV) and a long loop
+// hung `toy chat` and `toy serve` at load, where the template is first run.
+//
+// The Jinja interpreter is the pinned llama.cpp bundle's (a dependency);
+// CMakeLists.txt compiles its jinja/runtime.cpp with one line added to
+// statement::execute, which every statement and expression goes through: a
+// Scope for the duration of the call. ChatTemplate gives each rendering (and
+// the capability probes) a fresh budget with reset().
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace toy::jinja_guard {
+
+// Deepest nesting of statements and expressions: a recursive macro's calls
+// are a few levels each, and the bundle's recursive templates (JSON schemas
+// of tools) stay below 100. 500 levels take about 0.8 MB of stack (more
+// under ASan): well inside a thread's 8 MB.
+inline constexpr int kMaxDepth = 500;
+// Statements and expressions one rendering may execute (each item a loop
+// goes over, each item or piece a step builds, is one more): the bundle's
+// templates take at most 55 thousand for a conversation of 101 messages
+// (ChatTemplate.RealTemplatesStayFarBelowTheStepBound); the bound allows
+// conversations some 35 times that, and stops a runaway loop within seconds.
+inline constexpr int64_t kMaxSteps = 2'000'000;
+
+struct Budget {
+    int64_t steps_left = kMaxSteps;
+    int depth = 0;
+};
+inline thread_local Budget budget;
+
+// The most a single value may hold: items of an array (range(), a + b), and
+// bytes and pieces of a string (repetition, concatenation). Any of them, built
+// in one step or by doubling in a few, could take all the memory there is
+// (range(100000000) did).
+inline constexpr int64_t kMaxItems = 1 << 20;
+inline constexpr int64_t kMaxText = 64 << 20;
+
+inline void reset() { budget = Budget{}; }
+
+// Work beyond one step: building n items or pieces costs n steps (a loop
+// over a long range() with an empty body executes no statements per item).
+inline void spend(long double n) {
+    if (n > 0 && (budget.steps_left -= (int64_t)std::min<long double>(n, kMaxSteps + 1)) < 0) {
+        throw std::runtime_error("the template ran more than " + std::to_string(kMaxSteps) +
+                                 " steps (a loop without end?)");
+    }
+}
+
+inline void check_items(long double n) {
+    if (n > kMaxItems) {
+        throw std::runtime_error("the template builds a list of more than " + std::to_string(kMaxItems) + " items");
+    }
+    spend(n);
+}
+
+// range(start, stop, step)'s length, before it is built.
+inline void check_range(int64_t start, int64_t stop, int64_t step) {
+    if (step != 0) check_items(((long double)stop - start) / step);  // (step 0: the interpreter's own error)
+}
+
+// A string of `bytes` in `parts` (the interpreter keeps a string as the
+// pieces it was joined from, each a std::string: doubling a one-byte string
+// 24 times took 2 GB for 16 MB of text).
+inline void check_text(long double bytes, long double parts) {
+    if (bytes > kMaxText) {
+        throw std::runtime_error("the template builds a string of more than " + std::to_string(kMaxText) + " bytes");
+    }
+    if (parts > kMaxItems) {
+        throw std::runtime_error("the template builds a string of more than " + std::to_string(kMaxItems) + " pieces");
+    }
+    spend(parts);
+}
+
+struct Scope {
+    Scope() {
+        if (budget.depth >= kMaxDepth) {
+            throw std::runtime_error("the template nests calls more than " + std::to_string(kMaxDepth) +
+                                     " deep (a macro that calls itself without end?)");
+        }
+        if (--budget.steps_left < 0) {
+            throw std::runtime_error("the template ran more than " + std::to_string(kMaxSteps) +
+                                     " steps (a loop without end?)");
+        }
+        ++budget.depth;
+    }
+    ~Scope() { --budget.depth; }
+    Scope(const Scope &) = delete;
+    Scope &operator=(const Scope &) = delete;
+};
+
+}  // namespace toy::jinja_guard
