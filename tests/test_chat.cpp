@@ -227,6 +227,12 @@ TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
              {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
               "a list of more than 1048576 items|ran more than 2000000 steps"},
              {"{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "ran more than 2000000 steps"},
+             {"{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
+              "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l | join }}",
+              "a string of more than 67108864 bytes"},
+             {"{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(30) %}"
+              "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l | join | replace('x', 'yy') }}",
+              "a string of more than 67108864 bytes"},
          }) {
         SCOPED_TRACE(source);
         const std::string e = toy::test::error_of([&] { ChatTemplate(source, "", "", "hostile").apply(hi, true); });

@@ -95,4 +95,10 @@ struct Scope {
     Scope &operator=(const Scope &) = delete;
 };
 
+// replace(): the longest result it could build (every place an occurrence).
+inline void check_replace(size_t length, size_t old_length, size_t new_length) {
+    const long double occurrences = old_length == 0 ? (long double)length + 1 : (long double)length / old_length;
+    check_text(length + occurrences * new_length, 1);
+}
+
 }  // namespace toy::jinja_guard
