@@ -1,13 +1,15 @@
 // Bounds on one rendering of a chat template. A template comes with the model
-// file (tokenizer.chat_template) and Jinja can loop and recurse: a macro that
-// calls itself without end overflowed the stack (SIGSEGV) and a long loop
-// hung `toy chat` and `toy serve` at load, where the template is first run.
+// file (tokenizer.chat_template), toy chat and toy serve run it at load, and
+// Jinja loops and recurses: a macro that called itself without end
+// overflowed the stack (SIGSEGV), range(100000000) was OOM-killed at 23 GB, a
+// nested loop ran for hours.
 //
 // The Jinja interpreter is the pinned llama.cpp bundle's (a dependency);
-// CMakeLists.txt compiles its jinja/runtime.cpp with one line added to
-// statement::execute, which every statement and expression goes through: a
-// Scope for the duration of the call. ChatTemplate gives each rendering (and
-// the capability probes) a fresh budget with reset().
+// CMakeLists.txt compiles copies of its jinja/runtime.cpp and value.cpp with
+// a few lines added that call this header: a Scope in statement::execute
+// (which every statement and expression goes through), a step per loop item,
+// and size checks where one step can build a large value. ChatTemplate gives
+// each rendering (and the capability probes) a fresh budget with reset().
 #pragma once
 
 #include <algorithm>
@@ -25,8 +27,8 @@ inline constexpr int kMaxDepth = 500;
 // Statements and expressions one rendering may execute (each item a loop
 // goes over, each item or piece a step builds, is one more): the bundle's
 // templates take at most 55 thousand for a conversation of 101 messages
-// (ChatTemplate.RealTemplatesStayFarBelowTheStepBound); the bound allows
-// conversations some 35 times that, and stops a runaway loop within seconds.
+// (ChatTemplate.RealTemplatesStayFarBelowTheStepBound); the bound allows some
+// 35 times that work, and stops a runaway loop within seconds.
 inline constexpr int64_t kMaxSteps = 2'000'000;
 
 struct Budget {
@@ -84,10 +86,7 @@ struct Scope {
             throw std::runtime_error("the template nests calls more than " + std::to_string(kMaxDepth) +
                                      " deep (a macro that calls itself without end?)");
         }
-        if (--budget.steps_left < 0) {
-            throw std::runtime_error("the template ran more than " + std::to_string(kMaxSteps) +
-                                     " steps (a loop without end?)");
-        }
+        spend(1);
         ++budget.depth;
     }
     ~Scope() { --budget.depth; }
