@@ -429,6 +429,12 @@ TEST(Cli, GrammarAndJsonSchemaFlagsConstrainRunAndChat) {
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi -j '{\"type\": '"), "--json-schema: the schema is not JSON");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi -j '{\"not\": {}}'"), "--json-schema: json schema: unsupported keyword 'not'");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --grammar-file /nonexistent.gbnf"), "--grammar-file: cannot read '/nonexistent.gbnf'");
+    // a directory read as a file was an empty prompt, template or grammar, silently
+    for (const std::string &cmd : {"run -m " + kStories + " -f /tmp", "run -m " + kStories + " -p hi --grammar-file /tmp",
+                                  "chat -m " + kStories + " --chat-template-file /tmp < /dev/null"}) {
+        SCOPED_TRACE(cmd);
+        expect_one_line_error(run_toy(cmd), "'/tmp' is a directory, not a file");
+    }
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --grammar 'root ::= \"a\"' -j '{}'"), "give only one of --grammar");
     // a grammar too ambiguous to follow stops generation with its one line, after the text's own
     const Result ambiguous = run_toy("run -m " + kStories + " -p Once -n 100 -s 2 --grammar 'root ::= [^\\n] root? [^\\n]? root? [^\\n]?'");

@@ -110,7 +110,9 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
     const std::string base = "train -m " + kStories + " --lora-rank 4 -c 32 --steps 2 -q -o " + d.file("o.gguf") + " ";
     expect_one_line_error(run_toy(base + "-f " + write(d, "empty.txt", "")), "empty");
     expect_one_line_error(run_toy(base + "-f " + write(d, "short.txt", "Once upon a time.")), "shorter than one window");
-    expect_one_line_error(run_toy(base + "-f " + d.file("missing.txt")), "cannot open");
+    expect_one_line_error(run_toy(base + "-f " + d.file("missing.txt")), "training data: cannot read");
+    // a directory opens as a stream of nothing: it was "the training data file is empty"
+    expect_one_line_error(run_toy(base + "-f " + d.file("")), "is a directory, not a file");
     expect_one_line_error(run_toy(base + "--chat-template chatml -f " + write(d, "bad.jsonl", "{\"messages\": []}\nnot json\n")),
                           "bad.jsonl:2");
     expect_one_line_error(

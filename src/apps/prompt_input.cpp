@@ -1,6 +1,7 @@
 #include "apps/prompt_input.h"
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 #include <climits>
 #include <fstream>
@@ -58,11 +59,7 @@ std::string read_input_file(const std::string &path, const std::string &flag) {
         if (std::cin.bad()) fail("{}: standard input could not be read", flag);
         return ss.str();
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("{}: cannot read '{}'", flag, path);
-    ss << in.rdbuf();
-    if (in.bad()) fail("{}: '{}' could not be read", flag, path);
-    return ss.str();
+    return read_whole_file(path, flag);
 }
 
 std::vector<int32_t> parse_id_list(const std::string &text, const std::string &flag) {

@@ -1,6 +1,7 @@
 #include "text/chat_template.h"
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 // The Jinja engine of the pinned llama.cpp bundle (toy_jinja, see CMakeLists.txt).
 #include "jinja/caps.h"
@@ -97,15 +98,6 @@ std::string one_line(std::string_view what) {
     std::string out(cause);
     if (!where.empty() && cause != lines.front()) out += " (while executing " + std::string(where) + ")";
     return out;
-}
-
-std::string read_text_file(const std::string &path, const char *flag) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("{}: cannot read '{}'", flag, path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) fail("{}: cannot read '{}'", flag, path);
-    return ss.str();
 }
 
 }  // namespace
@@ -230,7 +222,7 @@ ChatTemplate select_chat_template(const gguf::File &file, const Vocab &vocab, co
     const std::string bos = vocab.bos() != Vocab::kNoToken ? vocab.token_text(vocab.bos()) : "";
     const std::string eos = vocab.eos() != Vocab::kNoToken ? vocab.token_text(vocab.eos()) : "";
     if (!path.empty()) {
-        return ChatTemplate(read_text_file(path, "--chat-template-file"), bos, eos, "chat template file '" + path + "'");
+        return ChatTemplate(read_whole_file(path, "--chat-template-file"), bos, eos, "chat template file '" + path + "'");
     }
     if (!name.empty()) {
         if (const char *src = ChatTemplate::builtin_source(name)) return ChatTemplate(src, bos, eos, name);

@@ -1,6 +1,7 @@
 #include "train/data.h"
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -46,11 +47,7 @@ Dataset pack_stream(const std::vector<int32_t> &stream, const std::vector<uint8_
 namespace {
 
 std::string read_file(const std::string &path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("{}: cannot open the training data", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string s = ss.str();
+    std::string s = read_whole_file(path, "training data");
     if (s.empty()) fail("{}: the training data file is empty", path);
     return s;
 }
