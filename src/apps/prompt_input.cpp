@@ -4,7 +4,6 @@
 #include "core/read_file.h"
 
 #include <climits>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 

@@ -12,9 +12,7 @@
 #include "text/jinja_guard.h"
 
 #include <algorithm>
-#include <fstream>
 #include <new>
-#include <sstream>
 
 namespace toy::text {
 namespace {
