@@ -291,6 +291,31 @@ TEST(Cli, UnknownCommandsEmptyPromptsAndStandardInput) {
     EXPECT_EQ(nlohmann::json::parse(in.out)["tokens"], nlohmann::json::parse(p.out)["tokens"]);
 }
 
+// An input without end (a device, an endless pipe, a stream without line
+// ends) grew a string until memory ran out.
+TEST(Cli, InputsWithoutEndStopAtABound) {
+    for (const std::string &cmd : {"tokenize -m " + kStories + " -f /dev/zero", "tokenize -m " + kStories + " --stdin < /dev/zero",
+                                  "run -m " + kStories + " -n 1 -f - < /dev/zero"}) {
+        SCOPED_TRACE(cmd);
+        expect_one_line_error(run_toy(cmd), "gives more than 1 GiB (a stream without end?)");
+    }
+    const std::string long_line = "toy: error: standard input: a line of more than 64 MiB";
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi -n 1 -i < /dev/zero"), long_line);
+    // (chat has said which template it uses before it reads)
+    const Result chat = run_toy("chat -m " + kStories + " --chat-template chatml -n 1 < /dev/zero");
+    EXPECT_EQ(chat.code, 1);
+    EXPECT_TRUE(chat.err.ends_with("\n") && chat.err.rfind(long_line) == chat.err.rfind("\n", chat.err.size() - 2) + 1) << chat.err;
+    // \r\n ends a line as \n does, and a last line without its end is a line
+    Result in = toy::test::run_command("printf 'and a dog\\r\\nand a cat' | " + toy::test::shell_quote(toy::test::toy_bin()) +
+                                       " run -m " + kStories + " -p 'Once upon a time' -n 2 --temp 0 -i --json");
+    ASSERT_EQ(in.code, 0) << in.err;
+    const auto j = nlohmann::json::parse(in.out);
+    EXPECT_EQ(j["tokens"].size(), 6u);  // 2 before each line, 2 after the last
+    const std::string text = j["text"];
+    EXPECT_NE(text.find("and a dog\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("and a cat\n"), std::string::npos) << text;
+}
+
 TEST(Cli, RunSaysWhenTheContextEndsGeneration) {
     // default -n is -1 (llama.cpp's): until the end of text or a full context
     Result r = run_toy("run -m " + kStories + " -p 'Once upon a time' -c 32 --temp 0 --ignore-eos --json");

@@ -113,6 +113,8 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
     expect_one_line_error(run_toy(base + "-f " + d.file("missing.txt")), "training data: cannot read");
     // a directory opens as a stream of nothing: it was "the training data file is empty"
     expect_one_line_error(run_toy(base + "-f " + d.file("")), "is a directory, not a file");
+    // a device without end was read until memory ran out
+    expect_one_line_error(run_toy(base + "-f /dev/zero"), "training data: '/dev/zero' gives more than 1 GiB");
     expect_one_line_error(run_toy(base + "--chat-template chatml -f " + write(d, "bad.jsonl", "{\"messages\": []}\nnot json\n")),
                           "bad.jsonl:2");
     expect_one_line_error(

@@ -11,6 +11,7 @@
 #include "apps/session_options.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "text/chat_template.h"
 #include "text/generation.h"
 #include "text/sampler.h"
@@ -97,22 +98,14 @@ private:
 
 enum class ReadResult { Line, Eof, Interrupted };
 
-ReadResult read_line(std::string &line) {
-    line.clear();
-    char *buf = nullptr;
-    size_t cap = 0;
-    errno = 0;
-    const ssize_t n = getline(&buf, &cap, stdin);
-    const int err = errno;
-    if (n >= 0) line.assign(buf, (size_t)n);
-    std::free(buf);
-    if (n < 0) {
-        const bool interrupted = g_interrupted.load() || err == EINTR;
-        clearerr(stdin);
-        return interrupted ? ReadResult::Interrupted : ReadResult::Eof;
+ReadResult read_user_line(std::string &line) {
+    if (read_line(stdin, line, "standard input")) {
+        while (!line.empty() && line.back() == '\r') line.pop_back();
+        return ReadResult::Line;
     }
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-    return ReadResult::Line;
+    const bool interrupted = g_interrupted.load() || errno == EINTR;
+    clearerr(stdin);
+    return interrupted ? ReadResult::Interrupted : ReadResult::Eof;
 }
 
 int run_chat(const ChatOptions &o) {
@@ -163,7 +156,7 @@ int run_chat(const ChatOptions &o) {
         } else {
             g_at_prompt.store(true);
             print_text("> ");
-            const ReadResult rr = read_line(line);
+            const ReadResult rr = read_user_line(line);
             g_at_prompt.store(false);
             if (rr == ReadResult::Interrupted) {
                 print_text("\n");

@@ -3,6 +3,7 @@
 #include "apps/constraint_flags.h"
 #include "apps/session_options.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "text/generation.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
@@ -17,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <memory>
 
 namespace toy::cli {
@@ -141,7 +141,7 @@ int run_generate(const RunOptions &o) {
     // The user's line (Enter included), for -i; false at the end of input.
     auto read_user = [&](std::vector<int32_t> &toks) {
         std::string line;
-        if (!std::getline(std::cin, line)) return false;
+        if (!read_line(stdin, line, "standard input")) return false;
         line += '\n';
         all_text += line;
         toks = vocab->tokenize(o.input.no_escape ? line : process_escapes(line), /*add_special=*/false, o.special);

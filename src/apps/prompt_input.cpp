@@ -4,8 +4,6 @@
 #include "core/read_file.h"
 
 #include <climits>
-#include <iostream>
-#include <sstream>
 
 namespace toy::cli {
 namespace {
@@ -52,13 +50,7 @@ std::string process_escapes(const std::string &in) {
 }
 
 std::string read_input_file(const std::string &path, const std::string &flag) {
-    std::stringstream ss;
-    if (path == "-") {
-        ss << std::cin.rdbuf();
-        if (std::cin.bad()) fail("{}: standard input could not be read", flag);
-        return ss.str();
-    }
-    return read_whole_file(path, flag);
+    return path == "-" ? read_whole_stdin(flag) : read_whole_file(path, flag);
 }
 
 std::vector<int32_t> parse_id_list(const std::string &text, const std::string &flag) {
