@@ -2,16 +2,15 @@
 
 #include "convert/json_file.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "text/pre_tokenizer.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 
 namespace toy::convert {
 namespace fs = std::filesystem;
@@ -123,9 +122,7 @@ private:
 };
 
 TokenList read_sentencepiece(const std::string &path, int64_t n_vocab) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("{}: cannot open", path);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string bytes = read_whole_file(path, "convert");
     ProtoReader r(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), path);
     TokenList t;
     t.model = "llama";
@@ -402,10 +399,7 @@ void add_special_tokens(const std::string &dir, const json &config, const json &
     // chat template: a .jinja file wins over tokenizer_config.json's
     const fs::path jinja = fs::path(dir) / "chat_template.jinja";
     if (fs::exists(jinja)) {
-        std::ifstream in(jinja);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        out.set("tokenizer.chat_template", gguf::Value::str(ss.str()));
+        out.set("tokenizer.chat_template", gguf::Value::str(read_whole_file(jinja.string(), "convert")));
     } else if (tcfg.contains("chat_template")) {
         const json &ct = tcfg["chat_template"];
         if (ct.is_string()) {

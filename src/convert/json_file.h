@@ -3,19 +3,18 @@
 #pragma once
 
 #include "core/error.h"
+#include "core/read_file.h"
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <string>
 
 namespace toy::convert {
 
 inline nlohmann::json read_json_file(const std::string &path) {
-    std::ifstream in(path);
-    if (!in) fail("{}: cannot open", path);
+    const std::string text = read_whole_file(path, "convert");
     try {
-        return nlohmann::json::parse(in);
+        return nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception &e) {
         fail("{}: not valid JSON ({})", path, e.what());
     }

@@ -1,13 +1,13 @@
 #include "quant/imatrix_file.h"
 
 #include "core/error.h"
+#include "core/read_file.h"
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 
 namespace toy::quant {
 namespace {
@@ -100,7 +100,7 @@ Imatrix read_gguf(const std::string &path) {
 
 struct Cursor {
     const std::string &path;
-    const std::vector<char> &bytes;
+    std::string_view bytes;
     size_t pos = 0;
 
     size_t left() const { return bytes.size() - pos; }
@@ -119,7 +119,7 @@ struct Cursor {
     }
 };
 
-Imatrix read_legacy(const std::string &path, const std::vector<char> &bytes) {
+Imatrix read_legacy(const std::string &path, std::string_view bytes) {
     Cursor c{path, bytes};
     Imatrix m;
     m.legacy = true;
@@ -200,10 +200,8 @@ Imatrix read_imatrix(const std::string &path) {
     char magic[4] = {};
     in.read(magic, 4);
     if (in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0) return read_gguf(path);
-    in.clear();
-    in.seekg(0);
-    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return read_legacy(path, bytes);
+    in.close();
+    return read_legacy(path, read_whole_file(path, "imatrix"));
 }
 
 void write_imatrix(const Imatrix &m, const std::string &path) {
