@@ -176,6 +176,28 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
     EXPECT_EQ(std::count(mismatch.err.begin(), mismatch.err.end(), '\n'), 1) << mismatch.err;
 }
 
+// --bench measures optimizer steps and writes nothing (from scratch, its
+// random start lives in a temporary file that is removed).
+TEST(TrainCli, BenchMeasuresStepsAndWritesNothing) {
+    TempDir d;
+    const toy::test::CommandResult r = run_toy("train -m " + kStories + " --lora-rank 4 -c 32 -b 64 --bench 2 -o " + d.file("o.gguf"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("mode       lora"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("data       random tokens"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("median of 2 after one untimed step"), std::string::npos) << r.out;
+    EXPECT_TRUE(std::filesystem::is_empty(d.path)) << "wrote into " << d.path;
+    const toy::test::CommandResult scratch = run_toy("train --from-scratch --preset custom --arch llama --n-embd 32 --n-layer 1 --n-head 2 "
+                                   "--n-ff 64 --n-vocab 300 -c 16 -b 16 --bench 1");
+    ASSERT_EQ(scratch.code, 0) << scratch.err;
+    EXPECT_NE(scratch.out.find("(from scratch)"), std::string::npos) << scratch.out;
+    const std::string start = scratch.out.substr(11, scratch.out.find(" (from scratch)") - 11);
+    EXPECT_FALSE(std::filesystem::exists(start)) << start;
+    // a negative count trained for real and wrote a model
+    expect_one_line_error(run_toy("train -m " + kStories + " --lora-rank 4 -c 32 --bench -1 -o " + d.file("o.gguf")),
+                          "--bench: expected a number of steps >= 1");
+    EXPECT_TRUE(std::filesystem::is_empty(d.path));
+}
+
 TEST(TrainCli, ChatDataTrainsOnTheAssistantTokensOnly) {
     TempDir d;
     const std::string jsonl = write(

@@ -66,6 +66,7 @@ int run_bench(const TrainFlags &f) {
 
 int run_train(TrainFlags &f) {
     train::RunSettings &s = f.s;
+    if (f.bench_steps < 0) fail("--bench: expected a number of steps >= 1 (0: train, no measurement), found {}", f.bench_steps);
     if (!f.io.resume.empty()) {
         for (CLI::Option *o : f.run_flags) {
             if (o->count() > 0) {
