@@ -73,8 +73,32 @@ TEST(Cli, BadInputIsOneLineError) {
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi -fa maybe"), "maybe");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --hugepages sometimes"), "sometimes");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --json --n-probs -1"), "--n-probs");
-    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --temp nan"), "--temp: expected a finite number, found nan");
-    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --top-p inf"), "--top-p: expected a finite number, found inf");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --temp nan"), "--temp: expected a finite number, found 'nan'");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --top-p inf"), "--top-p: expected a finite number, found 'inf'");
+}
+
+// CLI11 (2.1) converted a numeric flag's value loosely: an empty value was 0
+// (--temp '' sampled greedily), a negative value of an unsigned flag wrapped
+// (--seed -2 was 2^64 - 2), a number past 64 bits saturated, 010 was octal 8
+// and 1e39 an infinite float. Every numeric flag of every command is read as
+// written now, or refused with one line.
+TEST(Cli, NumericFlagValuesAreReadAsWritten) {
+    const std::string run = "run -m " + kStories + " -p 'Once upon a time' --json ";
+    expect_one_line_error(run_toy(run + "--temp ''"), "--temp: expected a number, found an empty value");
+    expect_one_line_error(run_toy(run + "-t ''"), "--threads: expected a number, found an empty value");
+    expect_one_line_error(run_toy(run + "--temp 1e39"), "--temp: expected a finite number, found '1e39'");
+    expect_one_line_error(run_toy(run + "-b 99999999999999999999"), "--batch-size: '99999999999999999999' is out of range");
+    expect_one_line_error(run_toy(run + "-n 0x10"), "--n-predict: expected a whole number, found '0x10'");
+    expect_one_line_error(run_toy(run + "--seed 18446744073709551616"), "--seed: '18446744073709551616' is out of range");
+    expect_one_line_error(run_toy(run + "--seed -2"), "--seed: expected -1 (a random seed) or a seed >= 0, found '-2'");
+    expect_one_line_error(run_toy("train -m " + kStories + " -f x --seed -1 -o x"), "--seed: expected a whole number >= 0, found '-1'");
+    expect_one_line_error(run_toy("bench -m " + kStories + " -p 8 -n 0 --roofline-mib ''"), "--roofline-mib: expected a number");
+    // 010 is ten, +8 is eight; -1 is a random seed, as in llama.cpp
+    EXPECT_EQ(nlohmann::json::parse(run_toy(run + "-n 010").out)["tokens"].size(), 10u);
+    EXPECT_EQ(nlohmann::json::parse(run_toy(run + "-n +8").out)["tokens"].size(), 8u);
+    const auto seed = [&](const std::string &flags) { return nlohmann::json::parse(run_toy(run + "-n 1 " + flags).out)["seed"]; };
+    EXPECT_NE(seed("--seed -1"), seed("--seed -1"));
+    EXPECT_EQ(seed("--seed 007"), 7u);
 }
 
 // More threads than ggml's CPU pool holds (512) crashed `toy run` (SIGSEGV

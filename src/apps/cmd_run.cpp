@@ -286,30 +286,21 @@ int run_generate(const RunOptions &o) {
 }  // namespace
 
 void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
-    // "nan" and "inf" parse as floats, and no sampling parameter means anything by them
-    static const CLI::Validator kFinite(
-        [](std::string &v) {
-            return std::isfinite(std::strtod(v.c_str(), nullptr)) ? std::string() : "expected a finite number, found " + v;
-        },
-        "NUMBER");
-    auto number = [&](const char *flag, float &value, const char *help) {
-        app.add_option(flag, value, help)->check(kFinite);
-    };
-    number("--temp", s.temp, "temperature (0: greedy)");
+    app.add_option("--temp", s.temp, "temperature (0: greedy)");
     app.add_option("--top-k", s.top_k, "keep the k most likely tokens (0: off)");
-    number("--top-p", s.top_p, "nucleus: smallest set with this much probability (1: off)");
-    number("--min-p", s.min_p, "drop tokens below this fraction of the top probability (0: off)");
-    number("--repeat-penalty", s.repeat_penalty, "penalty for repeating recent tokens (1: off)");
+    app.add_option("--top-p", s.top_p, "nucleus: smallest set with this much probability (1: off)");
+    app.add_option("--min-p", s.min_p, "drop tokens below this fraction of the top probability (0: off)");
+    app.add_option("--repeat-penalty", s.repeat_penalty, "penalty for repeating recent tokens (1: off)");
     app.add_option("--repeat-last-n", s.penalty_last_n, "recent tokens the penalties see (0: off, -1: all)");
-    number("--presence-penalty", s.presence_penalty, "subtracted once from recent tokens' logits");
-    number("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in recent tokens");
-    number("--typical", s.typical_p, "locally typical sampling: keep this much probability (1: off)");
-    number("--top-nsigma", s.top_n_sigma, "keep logits within n standard deviations of the largest (-1: off)");
-    number("--xtc-probability", s.xtc_probability, "chance of removing the most likely tokens (XTC; 0: off)");
-    number("--xtc-threshold", s.xtc_threshold, "XTC removes the tokens at least this likely but the last (> 0.5: off)");
+    app.add_option("--presence-penalty", s.presence_penalty, "subtracted once from recent tokens' logits");
+    app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in recent tokens");
+    app.add_option("--typical", s.typical_p, "locally typical sampling: keep this much probability (1: off)");
+    app.add_option("--top-nsigma", s.top_n_sigma, "keep logits within n standard deviations of the largest (-1: off)");
+    app.add_option("--xtc-probability", s.xtc_probability, "chance of removing the most likely tokens (XTC; 0: off)");
+    app.add_option("--xtc-threshold", s.xtc_threshold, "XTC removes the tokens at least this likely but the last (> 0.5: off)");
     app.add_option("--min-keep", s.min_keep, "top-p, typical, min-p and XTC keep at least this many tokens (0: 1)");
-    number("--dry-multiplier", s.dry_multiplier, "DRY repetition penalty strength (0: off)");
-    number("--dry-base", s.dry_base, "DRY: the penalty grows by this factor per repeated token");
+    app.add_option("--dry-multiplier", s.dry_multiplier, "DRY repetition penalty strength (0: off)");
+    app.add_option("--dry-base", s.dry_base, "DRY: the penalty grows by this factor per repeated token");
     app.add_option("--dry-allowed-length", s.dry_allowed_length, "DRY: repeats up to this long are free");
     app.add_option("--dry-penalty-last-n", s.dry_penalty_last_n, "DRY: tokens scanned for repeats (-1: all, 0: off)");
     app.add_option_function<std::vector<std::string>>(
@@ -322,8 +313,8 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
         "DRY: text a repeat does not run across (repeatable; replaces \\n : \" *; none: no breakers)");
     app.add_option("--mirostat", s.mirostat, "mirostat sampling instead of the stages: 0 off, 1 v1, 2 v2")
         ->check(CLI::Range(0, 2));
-    number("--mirostat-lr", s.mirostat_eta, "mirostat learning rate (eta)");
-    number("--mirostat-ent", s.mirostat_tau, "mirostat target entropy (tau)");
+    app.add_option("--mirostat-lr", s.mirostat_eta, "mirostat learning rate (eta)");
+    app.add_option("--mirostat-ent", s.mirostat_tau, "mirostat target entropy (tau)");
     app.add_option_function<std::string>(
            "--samplers", [&s](const std::string &v) { s.order = text::parse_stages(v, "--samplers"); },
            "the sampling stages in order, ';'-separated")
@@ -337,7 +328,16 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
             for (const std::string &v : items) s.logit_bias.push_back(parse_logit_bias(v));
         },
         "add BIAS to a token's logit: TOKEN+BIAS or TOKEN-BIAS (e.g. 15043+1, 2-inf bans token 2; repeatable)");
-    app.add_option("-s,--seed", s.seed, "random seed (default: random)");
+    // (-1 is llama.cpp's spelling of its default, a random seed)
+    app.add_option("-s,--seed", s.seed, "random seed (-1: a random one)")
+        ->type_name("INT")
+        ->default_str("-1")
+        ->transform(CLI::Validator(
+            [](std::string &v) {
+                if (v == "-1") v = "4294967295";
+                return v[0] == '-' ? "expected -1 (a random seed) or a seed >= 0, found '" + v + "'" : std::string();
+            },
+            ""));
 }
 
 std::pair<int32_t, float> parse_logit_bias(const std::string &v) {
