@@ -143,6 +143,9 @@ TEST(Cli, ThreadCountsPastGgmlsPoolAreOneLineErrors) {
     EXPECT_FALSE(std::filesystem::exists(out));
     const Result ok = run_toy("run -m " + kStories + " -p hi -n 1 -t 512");
     EXPECT_EQ(ok.code, 0) << ok.err;
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi -n 1 -t -2"), "-t -2: expected a number of threads (0: all cores)");
+    const Result all = run_toy("run -m " + kStories + " -p hi -n 1 -t -1");  // llama.cpp's "all cores"
+    EXPECT_EQ(all.code, 0) << all.err;
 }
 
 // toy serve's numbers are checked before it binds its port and starts its

@@ -113,6 +113,8 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
     expect_one_line_error(run_toy(base + "-f " + d.file("missing.txt")), "training data: cannot read");
     // a directory opens as a stream of nothing: it was "the training data file is empty"
     expect_one_line_error(run_toy(base + "-f " + d.file("")), "is a directory, not a file");
+    // the shape flags of --from-scratch were ignored by a fine-tune
+    expect_one_line_error(run_toy(base + "-f " + ok + " --n-layer 2"), "--n-layer: describes a new model (give --from-scratch)");
     // a device without end was read until memory ran out
     expect_one_line_error(run_toy(base + "-f /dev/zero"), "training data: '/dev/zero' gives more than 1 GiB");
     expect_one_line_error(run_toy(base + "--chat-template chatml -f " + write(d, "bad.jsonl", "{\"messages\": []}\nnot json\n")),

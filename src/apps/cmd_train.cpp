@@ -36,7 +36,8 @@ struct TrainFlags {
     bool trace = false, quiet = false;
     int64_t bench_steps = 0;
     SplitFlags split{0};  // -ngl 0 unless asked: blocks and their trainable tensors on the CPU
-    std::vector<CLI::Option *> run_flags;  // flags that a resumed run takes from its checkpoint
+    std::vector<CLI::Option *> run_flags;   // flags that a resumed run takes from its checkpoint
+    std::vector<CLI::Option *> init_flags;  // the shape of a new model (--from-scratch only)
 };
 
 int run_bench(const TrainFlags &f) {
@@ -78,6 +79,12 @@ int run_train(TrainFlags &f) {
         if (s.data.empty() && f.bench_steps == 0) fail("-f: training data is required (a text file, or chat .jsonl)");
         if (f.from_scratch == !s.model.empty()) fail("give exactly one of -m (fine-tune a model) or --from-scratch");
         if (!s.lens_from.empty() && !f.from_scratch) fail("--lens-from: starts a new model (give --from-scratch)");
+        if (!f.from_scratch) {
+            // (a fine-tune has the shape of -m: --n-layer 2 was ignored without a word)
+            for (CLI::Option *o : f.init_flags) {
+                if (o->count() > 0) fail("{}: describes a new model (give --from-scratch); a fine-tune keeps -m's", o->get_name());
+            }
+        }
         if (f.lora_rank > 0) {
             if (f.from_scratch) fail("--lora-rank: a model trained from scratch is trained whole (no LoRA)");
             s.mode = train::Mode::Lora;
@@ -219,7 +226,10 @@ Command reg("train", "Train a model: full fine-tune, LoRA, or from scratch (Adam
                    "-f optional (random tokens), writes nothing");
     const size_t before = app.get_options().size();
     add_init_flags(app, f->init, true);
-    for (size_t i = before; i < app.get_options().size(); ++i) f->run_flags.push_back(app.get_options()[i]);
+    for (size_t i = before; i < app.get_options().size(); ++i) {
+        f->run_flags.push_back(app.get_options()[i]);
+        f->init_flags.push_back(app.get_options()[i]);
+    }
     return [f] { return run_train(*f); };
 });
 

@@ -70,10 +70,10 @@ SplitOptions SplitFlags::options() const {
 }
 
 void SplitFlags::add_servers() const {
-    if (rpc.empty()) return;
     if (!(rpc_timeout >= 0 && rpc_timeout <= 1e6)) {
         fail("--rpc-timeout: expected seconds from 0 (wait forever) to 1000000, found {}", rpc_timeout);
     }
+    if (rpc.empty()) return;
     add_rpc_servers(rpc, std::chrono::milliseconds((long long)std::ceil(rpc_timeout * 1000)));
 }
 

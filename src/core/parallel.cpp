@@ -13,6 +13,8 @@ namespace toy {
 
 int thread_count(int n_threads) {
     if (n_threads > kMaxThreads) fail("-t {}: expected at most {} threads (0: all cores)", n_threads, kMaxThreads);
+    // (-1 is llama.cpp's spelling of all cores)
+    if (n_threads < -1) fail("-t {}: expected a number of threads (0: all cores)", n_threads);
     return n_threads > 0 ? n_threads : std::clamp((int)std::thread::hardware_concurrency(), 1, kMaxThreads);
 }
 
