@@ -17,6 +17,8 @@
 #include <fstream>
 #include <string_view>
 
+#include <sys/stat.h>
+
 using namespace toy;
 
 namespace {
@@ -657,6 +659,19 @@ TEST(Model, PackCacheIgnoresStaleAndBrokenFiles) {
     expect_miss_then_hit("description");
     std::filesystem::remove(cache);
     expect_miss_then_hit("missing");
+    // something else by the cache file's name: opening a FIFO waited for a
+    // writer forever; neither it nor a directory is read, written or removed
+    for (const char *kind : {"fifo", "directory"}) {
+        std::filesystem::remove(cache);
+        ASSERT_EQ(kind[0] == 'f' ? ::mkfifo(cache.c_str(), 0644) : ::mkdir(cache.c_str(), 0755), 0) << kind;
+        auto m = Model::load(path, o);
+        EXPECT_FALSE(m->packed_from_cache()) << kind;
+        EXPECT_EQ(batched_logits(*m, tokens), want) << kind;
+        EXPECT_EQ(std::filesystem::status(cache).type(),
+                  kind[0] == 'f' ? std::filesystem::file_type::fifo : std::filesystem::file_type::directory);
+        std::filesystem::remove(cache);
+    }
+    expect_miss_then_hit("missing again");
 
     // a directory that cannot be made: the load still packs and runs
     LoadOptions blocked = o;

@@ -33,10 +33,24 @@ constexpr std::string_view kKeyLead = "toy packed weights\nmodel ";
 struct Fd {
     int fd;
     explicit Fd(int f) : fd(f) {}
+    Fd(const Fd &) = delete;
+    Fd &operator=(const Fd &) = delete;
     ~Fd() {
         if (fd >= 0) ::close(fd);
     }
 };
+
+// A cache file opened for reading, or -1 when it is missing or not a regular
+// file: opening a FIFO named like a cache file waited for a writer forever.
+int open_regular(const std::string &path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st {};
+    if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
 
 bool read_exact(int fd, void *dst, size_t n, uint64_t at) {
     auto *p = static_cast<uint8_t *>(dst);
@@ -121,7 +135,7 @@ uint64_t PackCache::check(int fd) const {
 }
 
 std::unique_ptr<PackCache::Mapping> PackCache::map(bool huge_pages) const {
-    Fd f(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    const Fd f(open_regular(path_));
     if (f.fd < 0) return nullptr;
     const uint64_t offset = check(f.fd);
     if (offset == 0) return nullptr;
@@ -136,7 +150,7 @@ std::unique_ptr<PackCache::Mapping> PackCache::map(bool huge_pages) const {
 }
 
 bool PackCache::read_into(void *dst) const {
-    Fd f(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    const Fd f(open_regular(path_));
     if (f.fd < 0) return false;
     const uint64_t offset = check(f.fd);
     return offset != 0 && read_exact(f.fd, dst, bytes_, offset);
@@ -146,6 +160,9 @@ void PackCache::store(const void *data) const {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
     if (ec) fail("--pack-cache: cannot create directory {}: {}", dir_, ec.message());
+    // (AtomicFile writes a stream in place: a FIFO would wait for a reader)
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) fail("{} is not a regular file", path_);
     AtomicFile out(path_);
     const uint64_t fields[3] = {key_.size(), data_offset_for(key_.size()), bytes_};
     out.write(kMagic, sizeof kMagic);
@@ -168,7 +185,7 @@ void PackCache::remove_orphans() const {
     std::error_code ec;
     for (const auto &e : std::filesystem::directory_iterator(dir_, ec)) {
         if (e.path().extension() != ".toypack" || e.path() == path_) continue;
-        Fd f(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
+        const Fd f(open_regular(e.path().string()));
         char head[kHeaderBytes + 4096];
         const ssize_t n = f.fd < 0 ? -1 : ::pread(f.fd, head, sizeof head, 0);
         if (n < (ssize_t)kHeaderBytes || std::memcmp(head, kMagic, sizeof kMagic) != 0) continue;  // not one of ours
