@@ -489,6 +489,7 @@ struct GrammarState::Cache {
     U64Map steps;                                  // (set, code point) -> set
     std::vector<uint32_t> seen;                    // closure marks, by node
     uint32_t epoch = 0;
+    uint32_t empty_seen = 0;                       // the epoch that last added the empty stack
     int32_t empty = 0;                             // the set with no stacks: nothing can follow
 
     static constexpr size_t kMaxNodes = 1u << 21;  // start afresh beyond this (a long, varied output)
@@ -510,33 +511,40 @@ struct GrammarState::Cache {
         return id;
     }
 
-    // The terminal-topped stacks `stack` stands for.
+    [[noreturn]] static void too_ambiguous() {
+        fail("grammar: the output so far can be read in more than {} ways (the grammar is ambiguous: its rules "
+             "can match the same text in many ways); write it so that each text has one reading",
+             kMaxStacks);
+    }
+
+    // The terminal-topped stacks `stack` stands for, each added to `out`
+    // once per epoch; more than kMaxStacks is the ambiguity error as soon as
+    // it is certain (a closure could otherwise build tens of thousands of
+    // stacks before intern refuses them).
     void close(int32_t stack, std::vector<int32_t> &out) {
         if (stack < 0) {
-            out.push_back(-1);
-            return;
+            if (empty_seen == epoch) return;
+            empty_seen = epoch;
+        } else {
+            if (seen.size() <= (size_t)stack) seen.resize(nodes.size() * 2, 0);
+            if (seen[stack] == epoch) return;
+            seen[stack] = epoch;
+            const Node n = nodes[stack];
+            const Element e = g.elements()[n.pos];
+            if (e.kind == Kind::Rule) {
+                const int32_t rest = node(n.pos + 1, n.parent);
+                for (uint32_t alt : g.alternatives(e.value)) close(node(alt, rest), out);
+                return;
+            }
         }
-        if (seen.size() <= (size_t)stack) seen.resize(nodes.size() * 2, 0);
-        if (seen[stack] == epoch) return;
-        seen[stack] = epoch;
-        const Node n = nodes[stack];
-        const Element e = g.elements()[n.pos];
-        if (e.kind != Kind::Rule) {
-            out.push_back(stack);
-            return;
-        }
-        const int32_t rest = node(n.pos + 1, n.parent);
-        for (uint32_t alt : g.alternatives(e.value)) close(node(alt, rest), out);
+        out.push_back(stack);
+        if (out.size() > kMaxStacks) too_ambiguous();
     }
 
     int32_t intern(std::vector<int32_t> stacks) {
         std::sort(stacks.begin(), stacks.end());
         stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-        if (stacks.size() > kMaxStacks) {
-            fail("grammar: the output so far can be read in more than {} ways (the grammar is ambiguous: its rules "
-                 "can match the same text in many ways); write it so that each text has one reading",
-                 kMaxStacks);
-        }
+        if (stacks.size() > kMaxStacks) too_ambiguous();
         auto [it, added] = set_ids.try_emplace(stacks, (int32_t)sets.size());
         if (added) sets.push_back(std::move(stacks));
         return it->second;
