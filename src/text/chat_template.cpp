@@ -12,7 +12,11 @@
 #include "text/jinja_guard.h"
 
 #include <algorithm>
+#include <exception>
+#include <functional>
 #include <new>
+
+#include <pthread.h>
 
 namespace toy::text {
 namespace {
@@ -98,6 +102,44 @@ std::string one_line(std::string_view what) {
     return out;
 }
 
+// The stack a template runs on: reserved, and only committed as it is used.
+// Within its step bound a template can nest a list hundreds of thousands of
+// levels deep (`{% set ns.l = [ns.l] %}` in a loop), and the interpreter
+// frees such a value recursively: 400 thousand levels overflowed a thread's
+// 8 MiB. Each level takes a step, so at most 2 million levels, a few hundred
+// bytes of frames each.
+constexpr size_t kTemplateStack = size_t(1) << 30;
+
+// Runs fn (parsing and probing a template, or rendering it) on a thread with
+// that stack, and rethrows what it throws. Where no such thread can start,
+// on this one.
+void on_template_stack(const std::function<void()> &fn) {
+    struct Job {
+        const std::function<void()> *fn;
+        std::exception_ptr error;
+    } job{&fn, nullptr};
+    pthread_attr_t attr;
+    pthread_t thread;
+    if (pthread_attr_init(&attr) != 0) return fn();
+    const bool started = pthread_attr_setstacksize(&attr, kTemplateStack) == 0 &&
+                         pthread_create(
+                             &thread, &attr,
+                             [](void *p) -> void * {
+                                 auto *j = static_cast<Job *>(p);
+                                 try {
+                                     (*j->fn)();
+                                 } catch (...) {
+                                     j->error = std::current_exception();
+                                 }
+                                 return nullptr;
+                             },
+                             &job) == 0;
+    pthread_attr_destroy(&attr);
+    if (!started) return fn();
+    pthread_join(thread, nullptr);
+    if (job.error) std::rethrow_exception(job.error);
+}
+
 }  // namespace
 
 struct ChatTemplate::Impl {
@@ -110,6 +152,10 @@ ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::strin
       bos_(std::move(bos_token)),
       eos_(std::move(eos_token)),
       name_(std::move(name)) {
+    on_template_stack([this] { parse_and_probe(); });
+}
+
+void ChatTemplate::parse_and_probe() {
     try {
         jinja::lexer lexer;
         impl_->prog = jinja::parse_from_tokens(lexer.tokenize(source_));
@@ -152,11 +198,17 @@ Rendered ChatTemplate::render(const std::vector<Message> &msgs, bool add_generat
         use = &merged;
     }
 
+    Rendered out;
+    on_template_stack([&] { out = render_here(*use, add_generation_prompt); });
+    return out;
+}
+
+Rendered ChatTemplate::render_here(const std::vector<Message> &msgs, bool add_generation_prompt) const {
     try {
         jinja_guard::reset();
         jinja::context ctx(source_);
         auto messages = jinja::mk_val<jinja::value_array>();
-        for (const Message &m : *use) {
+        for (const Message &m : msgs) {
             auto content = jinja::mk_val<jinja::value_string>(m.content);
             content->mark_input();
             auto msg = jinja::mk_val<jinja::value_object>();
@@ -189,6 +241,7 @@ Rendered ChatTemplate::render(const std::vector<Message> &msgs, bool add_generat
             }
             out.text += part.val;
         }
+        out.steps = jinja_guard::kMaxSteps - jinja_guard::budget.steps_left;
         return out;
     } catch (const std::bad_alloc &) {
         throw;

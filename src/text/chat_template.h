@@ -38,6 +38,7 @@ struct Rendered {
     };
     std::string text;
     std::vector<Span> content;
+    int64_t steps = 0;  // the interpreter's steps (of text/jinja_guard.h's kMaxSteps)
 };
 
 class ChatTemplate {
@@ -69,6 +70,10 @@ public:
     static std::vector<std::string> builtin_names();
 
 private:
+    // (each runs on a thread with a deep stack: chat_template.cpp)
+    void parse_and_probe();
+    Rendered render_here(const std::vector<Message> &msgs, bool add_generation_prompt) const;
+
     struct Impl;
     std::unique_ptr<Impl> impl_;
     std::string source_, bos_, eos_, name_;

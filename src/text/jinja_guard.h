@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace toy::jinja_guard {
 
@@ -94,10 +95,63 @@ struct Scope {
     Scope &operator=(const Scope &) = delete;
 };
 
+// The deepest a value may be walked (printed, written as JSON, marked by the
+// capability probes): a list or dict can hold itself (l.append(l)), and
+// printing it recursed until the stack overflowed. The walk shares the
+// nesting count with statements, so this is depth on top of theirs.
+struct DataScope {
+    DataScope() {
+        if (budget.depth >= kMaxDepth) {
+            throw std::runtime_error("the template's values nest more than " + std::to_string(kMaxDepth) +
+                                     " deep (a list or dict that holds itself?)");
+        }
+        ++budget.depth;
+    }
+    ~DataScope() { --budget.depth; }
+    DataScope(const DataScope &) = delete;
+    DataScope &operator=(const DataScope &) = delete;
+};
+
+// The deepest the parser may recurse: template source nested 100000 deep
+// ("[[[[...", "((((...", {% if %} in {% if %}) overflowed the stack while
+// parsing. A level of nesting is about a dozen parser frames; the bundle's
+// templates nest a few dozen levels at most.
+inline constexpr int kMaxParseDepth = 300;
+struct ParseScope {
+    static inline thread_local int depth = 0;
+    ParseScope() {
+        if (depth >= kMaxParseDepth) {
+            throw std::runtime_error("the template nests more than " + std::to_string(kMaxParseDepth) + " levels deep");
+        }
+        ++depth;
+    }
+    ~ParseScope() { --depth; }
+    ParseScope(const ParseScope &) = delete;
+    ParseScope &operator=(const ParseScope &) = delete;
+};
+
 // replace(): the longest result it could build (every place an occurrence).
 inline void check_replace(size_t length, size_t old_length, size_t new_length) {
     const long double occurrences = old_length == 0 ? (long double)length + 1 : (long double)length / old_length;
     check_text(length + occurrences * new_length, 1);
+}
+
+// replace()'s loop, in linear time: the interpreter replaced each occurrence
+// in place, moving the rest of the string every time (replacing one
+// character by two in a 10 MB string took hours). The same result: left to
+// right, no occurrence overlapping the one before it.
+inline void replace_all(std::string &str, const std::string &from, const std::string &to) {
+    size_t at = str.find(from);
+    if (at == std::string::npos) return;
+    std::string out;
+    size_t done = 0;
+    for (; at != std::string::npos; at = str.find(from, done)) {
+        out.append(str, done, at - done);
+        out += to;
+        done = at + from.size();
+    }
+    out.append(str, done, std::string::npos);
+    str = std::move(out);
 }
 
 }  // namespace toy::jinja_guard
