@@ -233,6 +233,14 @@ TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
              {"{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(30) %}"
               "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l | join | replace('x', 'yy') }}",
               "a string of more than 67108864 bytes"},
+             {"{% set s = ['a,' * 600000, 'a,' * 600000] | join %}{{ s.split(',') | length }}",
+              "a list of more than 1048576 items|ran more than 2000000 steps"},
+             {"{% set s = ['a,' * 600000, 'a,' * 600000] | join %}{{ s.rsplit(',') | length }}",
+              "a list of more than 1048576 items|ran more than 2000000 steps"},
+             // searching 60 MB for a pattern of 1 MB compares up to 6e13 bytes
+             {"{% set t = 'a' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(60) %}{% set ns.l = ns.l + [t] %}"
+              "{% endfor %}{% set big = ns.l | join %}{{ (t ~ 'b') in big }}",
+              "ran more than 2000000 steps"},
          }) {
         SCOPED_TRACE(source);
         const std::string e = toy::test::error_of([&] { ChatTemplate(source, "", "", "hostile").apply(hi, true); });
@@ -281,11 +289,11 @@ TEST(ChatTemplate, CyclesAndDeepNestingAreErrorsNotCrashes) {
     EXPECT_EQ(r.text, "1");
 }
 
-// replace() within the size bound, in linear time: the interpreter's own
-// loop moved the rest of the string at every occurrence (a million of them
+// replace() and split() within the size bound, in linear time: the
+// interpreter's own replace() loop moved the rest of the string at every occurrence (a million of them
 // in 2 MB: minutes; the 64 MiB bound allows hours); a wrong result has the
 // wrong length or order.
-TEST(ChatTemplate, ReplaceOnALongStringIsOnePass) {
+TEST(ChatTemplate, ReplaceAndSplitOnALongStringAreOnePass) {
     const Rendered r = ChatTemplate("{{ ('ab' * 1000000) | replace('a', 'xyz') | replace('zb', '-') }}", "", "", "replace")
                            .render({{"user", "hi"}}, false);
     ASSERT_EQ(r.text.size(), 3000000u);
@@ -293,6 +301,12 @@ TEST(ChatTemplate, ReplaceOnALongStringIsOnePass) {
     EXPECT_EQ(r.text.find_first_not_of("xy-"), std::string::npos);
     EXPECT_EQ(ChatTemplate("{{ 'aaaa' | replace('aa', 'a') }}|{{ 'abab' | replace('ab', 'abab') }}", "", "", "r").apply({{"user", "hi"}}, false),
               "aa|abababab");
+    // split erased each piece from the front of the rest (a million pieces: 26 s)
+    EXPECT_EQ(ChatTemplate("{{ ('ab,' * 500000).split(',') | length }}|{{ 'a,,b,c'.split(',') | join('/') }}|{{ 'a,b,c'.split(',', 1) | join('/') }}"
+                           "|{{ 'a,b,c'.rsplit(',', 1) | join('/') }}",
+                           "", "", "split")
+                  .apply({{"user", "hi"}}, false),
+              "500001|a//b/c|a/b,c|a,b/c");
 }
 
 // Real templates stay far below the bounds: the bundle's, on a long

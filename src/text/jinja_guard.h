@@ -63,6 +63,12 @@ inline void check_items(long double n) {
     spend(n);
 }
 
+// One more item of a list built piece by piece (split): its n-th, a step.
+inline void add_item(size_t n) {
+    if (n > kMaxItems) check_items((long double)n);
+    spend(1);
+}
+
 // range(start, stop, step)'s length, before it is built.
 inline void check_range(int64_t start, int64_t stop, int64_t step) {
     if (step != 0) check_items(((long double)stop - start) / step);  // (step 0: the interpreter's own error)
@@ -136,11 +142,19 @@ inline void check_replace(size_t length, size_t old_length, size_t new_length) {
     check_text(length + occurrences * new_length, 1);
 }
 
+// A search for a pattern in a text compares up to text x pattern bytes
+// (std::string::find: "aaa...a" for "aa...ab"); each 4 KiB of that is a step,
+// so a search the step bound allows takes seconds at most. Real templates
+// search messages for short markers: a few steps.
+inline constexpr long double kSearchBytesPerStep = 4096;
+inline void check_search(size_t text, size_t pattern) { spend((long double)text * pattern / kSearchBytesPerStep); }
+
 // replace()'s loop, in linear time: the interpreter replaced each occurrence
 // in place, moving the rest of the string every time (replacing one
 // character by two in a 10 MB string took hours). The same result: left to
 // right, no occurrence overlapping the one before it.
 inline void replace_all(std::string &str, const std::string &from, const std::string &to) {
+    check_search(str.size(), from.size());
     size_t at = str.find(from);
     if (at == std::string::npos) return;
     std::string out;
