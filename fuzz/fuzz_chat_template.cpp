@@ -6,7 +6,13 @@
 // (a template's raise_exception included); the content spans lie inside the
 // text in order, and tokenize_rendered gives ids inside the vocabulary.
 //
-// Input: byte 0 picks the template, byte 1 the options; the rest is the
+// The template itself is hostile too (it comes with the model file): one
+// value of byte 0 takes the template's source from the input, which is
+// parsed, probed and run under text/jinja_guard.h's bounds, and must give
+// text or a toy::Error, never a crash or a hang.
+//
+// Input: byte 0 picks the template (or the input's own), byte 1 the options;
+// then, for the input's own, its source up to '\0'; the rest is the
 // messages, separated by '\0'. A message's first byte picks its role
 // (system, user, assistant, tool, or the text up to '\x1f' as the role).
 #include "fuzz_common.h"
@@ -65,8 +71,18 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz::Input in(data, size);
-    const Template &t = g_templates[in.byte() % g_templates.size()];
+    const size_t pick = in.byte() % (g_templates.size() + 1);
     const uint8_t opts = in.byte();
+    std::unique_ptr<text::ChatTemplate> own;
+    if (pick == g_templates.size()) {
+        try {
+            own = std::make_unique<text::ChatTemplate>(std::string(in.until('\0')), "<s>", "</s>", "fuzzed");
+        } catch (const Error &) {
+            return 0;
+        }
+    }
+    const text::Vocab &vocab = own ? *g_spm : *g_templates[pick].vocab;
+    const text::ChatTemplate &tmpl = own ? *own : *g_templates[pick].tmpl;
     std::vector<text::Message> msgs;
     while (!in.empty() && msgs.size() < 64) {
         std::string_view m = in.until('\0');
@@ -78,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     text::Rendered r;
     try {
-        r = t.tmpl->render(msgs, opts & 1);
+        r = tmpl.render(msgs, opts & 1);
     } catch (const Error &) {
         return 0;
     }
@@ -86,14 +102,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (const auto &s : r.content) {
         if (s.begin < last || s.end < s.begin || s.end > r.text.size()) {
             std::fprintf(stderr, "fuzz_chat_template: content span [%zu, %zu) out of order or outside %zu bytes (%s)\n",
-                         s.begin, s.end, r.text.size(), t.tmpl->name().c_str());
+                         s.begin, s.end, r.text.size(), tmpl.name().c_str());
             std::abort();
         }
         last = s.end;
     }
     if (opts & 2) {
-        for (int32_t id : text::tokenize_rendered(*t.vocab, r)) {
-            if (id < 0 || id >= t.vocab->n_tokens()) std::abort();
+        for (int32_t id : text::tokenize_rendered(vocab, r)) {
+            if (id < 0 || id >= vocab.n_tokens()) std::abort();
         }
     }
     return 0;

@@ -106,6 +106,13 @@ mkdir -p "$SEEDS/fuzz_grammar"
 for g in "$LLAMA"/grammars/*.gbnf; do
   { printf '\004'; cat "$g"; printf '\000'; } > "$SEEDS/fuzz_grammar/$(basename "$g" .gbnf)"
 done
+# chat templates: the bundle's, as the input's own template (byte 16: after
+# fuzz_chat_template.cpp's 16 fixed ones), source and '\0' before a message
+mkdir -p "$SEEDS/fuzz_chat_template"
+for t in "$LLAMA"/models/templates/*.jinja; do
+  { printf '\020\002'; cat "$t"; printf '\000\001Hello\000\002Hi there\000\001How are you?'; } \
+    > "$SEEDS/fuzz_chat_template/own-$(basename "$t" .jinja)"
+done
 # convert: each file of the tiny llama checkpoint, behind the byte that picks it
 mkdir -p "$SEEDS/fuzz_convert"
 files=(model.safetensors tokenizer.json tokenizer.model config.json)
@@ -120,6 +127,7 @@ mkdir -p "$BUILD/logs"
 max_len() {
   case $1 in
     fuzz_gguf|fuzz_checkpoint|fuzz_adapter|fuzz_convert) echo 131072 ;;
+    fuzz_chat_template) echo 32768 ;;  # (a template's source: the bundle's are up to 17 KB)
     *) echo 8192 ;;
   esac
 }
