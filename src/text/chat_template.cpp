@@ -102,6 +102,23 @@ std::string one_line(std::string_view what) {
     return out;
 }
 
+// The lists, dicts and functions one run of the template made (jinja's
+// value.h registers them, CMakeLists.txt): emptied when the run ends, so a
+// cycle among them ({% set _ = l.append(l) %}) is freed, not leaked at every
+// rendering.
+struct ReleaseValues {
+    ReleaseValues() { jinja::toy_forget_holders(); }
+    ~ReleaseValues() {
+        try {
+            jinja::toy_release_holders();
+        } catch (...) {  // (out of memory for the list: leave them)
+            jinja::toy_forget_holders();
+        }
+    }
+    ReleaseValues(const ReleaseValues &) = delete;
+    ReleaseValues &operator=(const ReleaseValues &) = delete;
+};
+
 // The stack a template runs on: reserved, and only committed as it is used.
 // Within its step bound a template can nest a list hundreds of thousands of
 // levels deep (`{% set ns.l = [ns.l] %}` in a loop), and the interpreter
@@ -168,6 +185,7 @@ void ChatTemplate::parse_and_probe() {
     // probes (a failing probe only clears a capability).
     try {
         jinja_guard::reset();  // (the probes run the template: the same bounds as a rendering)
+        const ReleaseValues release;
         const jinja::caps caps = jinja::caps_get(impl_->prog);
         system_role_ = caps.supports_system_role;
         typed_content_ = caps.supports_typed_content && !caps.supports_string_content;
@@ -206,6 +224,7 @@ Rendered ChatTemplate::render(const std::vector<Message> &msgs, bool add_generat
 Rendered ChatTemplate::render_here(const std::vector<Message> &msgs, bool add_generation_prompt) const {
     try {
         jinja_guard::reset();
+        const ReleaseValues release;
         jinja::context ctx(source_);
         auto messages = jinja::mk_val<jinja::value_array>();
         for (const Message &m : msgs) {
