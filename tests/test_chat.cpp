@@ -256,10 +256,10 @@ TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
 // through the cycle, and the parser through the nesting.
 TEST(ChatTemplate, CyclesAndDeepNestingAreErrorsNotCrashes) {
     const std::vector<Message> hi = {{"user", "hi"}};
-    for (const std::string &source : {"{% set l = [] %}{% set _ = l.append(l) %}{{ l }}",
-                                      "{% set l = [] %}{% set _ = l.append(l) %}{{ l | tojson }}",
-                                      "{% set l = [] %}{% set _ = l.append(l) %}{{ l | string }}",
-                                      "{% set a = [] %}{% set b = {'x': a} %}{% set _ = a.append(b) %}{{ a | tojson }}"}) {
+    for (const char *source : {"{% set l = [] %}{% set _ = l.append(l) %}{{ l }}",
+                              "{% set l = [] %}{% set _ = l.append(l) %}{{ l | tojson }}",
+                              "{% set l = [] %}{% set _ = l.append(l) %}{{ l | string }}",
+                              "{% set a = [] %}{% set b = {'x': a} %}{% set _ = a.append(b) %}{{ a | tojson }}"}) {
         SCOPED_TRACE(source);
         const std::string e = toy::test::error_of([&] { ChatTemplate(source, "", "", "cycle").apply(hi, true); });
         EXPECT_EQ(e.rfind("cycle: rendering failed: the template's values nest more than 500 deep (a list or dict that holds itself?)", 0), 0u) << e;
