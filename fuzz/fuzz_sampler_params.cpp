@@ -63,6 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     try {
         CLI::App app("fuzz");
         cli::add_sampling_flags(app, p);
+        cli::check_numeric_flags(app);  // (as main() does for every command)
         std::vector<std::string> argv(args.rbegin(), args.rend());  // CLI11 takes them last first
         app.parse(argv);
     } catch (const CLI::Error &) {

@@ -35,6 +35,13 @@ struct Registered {
 };
 std::vector<Registered> &registry();
 
+// Checks the text of every numeric flag (type INT, UINT, FLOAT or NUMBER) of
+// `app` and its commands before CLI11 converts it, which CLI11 2.1 does
+// loosely: an empty value was 0, a negative unsigned wrapped, a number past
+// 64 bits saturated, 010 was octal and 1e39 infinity. Call it after the
+// flags are added.
+void check_numeric_flags(CLI::App &app);
+
 // Adds --temp, --top-k, --top-p, --min-p, penalties and -s to a command.
 void add_sampling_flags(CLI::App &app, toy::text::SamplerParams &s);
 // -l / --logit-bias's TOKEN+BIAS or TOKEN-BIAS (BIAS may be inf); throws toy::Error.

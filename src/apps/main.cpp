@@ -8,9 +8,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cfloat>
-#include <charconv>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -118,51 +115,6 @@ std::vector<std::string> normalize_args(int argc, char **argv, CLI::App &app) {
     return args;
 }
 
-// The text of a numeric flag's value, checked before CLI11 converts it.
-// CLI11 2.1 takes an empty value for 0 (--temp '' sampled greedily, -t ''
-// used every thread), wraps a negative value of an unsigned flag (--seed -2
-// became 2^64 - 2), saturates a number past 64 bits, reads 010 as octal, and
-// a float past its range as infinity. So a whole number is decimal digits (a
-// sign first where negatives make sense) within 64 bits, and any other number
-// is finite and within float's range; CLI11 then checks the narrower types.
-// A whole number is rewritten without its leading zeros and sign.
-std::string check_number(const std::string &kind, std::string &text) {
-    if (text.empty()) return "expected a number, found an empty value";
-    const char *b = text.data(), *e = b + text.size();
-    if (*b == '+') ++b;
-    if (kind == "INT" || kind == "UINT") {
-        if (kind == "UINT" && *b == '-') return "expected a whole number >= 0, found '" + text + "'";
-        int64_t i = 0;
-        uint64_t u = 0;
-        const auto r = *b == '-' ? std::from_chars(b, e, i) : std::from_chars(b, e, u);
-        if (r.ec == std::errc::result_out_of_range || (*b != '-' && kind == "INT" && u > (uint64_t)INT64_MAX)) {
-            return "'" + text + "' is out of range";
-        }
-        if (r.ec != std::errc() || r.ptr != e) return "expected a whole number, found '" + text + "'";
-        text = *b == '-' ? std::to_string(i) : std::to_string(u);  // what CLI11 reads as decimal
-        return "";
-    }
-    char *end = nullptr;
-    const double v = std::strtod(b, &end);
-    if (end != e) return "expected a number, found '" + text + "'";
-    if (!std::isfinite(v) || std::fabs(v) > FLT_MAX) return "expected a finite number, found '" + text + "'";
-    return "";
-}
-
-// Puts check_number on every flag whose value is a number (its type name
-// INT, UINT, FLOAT or NUMBER, as --help shows it), of every command.
-void check_numeric_flags(CLI::App &app) {
-    for (CLI::App *sub : app.get_subcommands({})) {
-        for (CLI::Option *opt : sub->get_options()) {
-            const std::string type = opt->get_type_name();
-            const std::string kind = type.substr(0, type.find_first_of(": "));
-            if (kind != "INT" && kind != "UINT" && kind != "FLOAT" && kind != "NUMBER") continue;
-            // (a transform: it may rewrite the text, and runs before the flag's own)
-            opt->transform(CLI::Validator([kind](std::string &v) { return check_number(kind, v); }, ""));
-        }
-    }
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -182,7 +134,7 @@ int main(int argc, char **argv) {
         sub->fallthrough();  // --quiet after the command name
         handlers[sub] = c.setup(*sub);
     }
-    check_numeric_flags(app);
+    toy::cli::check_numeric_flags(app);
     ggml_set_abort_callback(on_ggml_abort);
     toy::backend_start_notes();  // held: said by `toy devices` and -ngl's error, not at every exit
     try {
