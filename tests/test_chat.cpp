@@ -228,6 +228,9 @@ TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
              {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
               "a list of more than 1048576 items|ran more than 2000000 steps"},
              {"{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "ran more than 2000000 steps"},
+             // a list grown by concatenation copies it whole each time: its items are steps
+             {"{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l | length }}",
+              "ran more than 2000000 steps"},
              {"{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
               "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l | join }}",
               "a string of more than 67108864 bytes"},
