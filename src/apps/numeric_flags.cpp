@@ -48,7 +48,7 @@ void check_numeric_flags(CLI::App &app) {
     for (CLI::Option *opt : app.get_options()) {
         const std::string type = opt->get_type_name();
         const std::string kind = type.substr(0, type.find_first_of(": "));
-        if (kind != "INT" && kind != "UINT" && kind != "FLOAT" && kind != "NUMBER") continue;
+        if (kind != "INT" && kind != "UINT" && kind != "FLOAT") continue;
         // (a transform: it may rewrite the text, and runs before the flag's own)
         opt->transform(CLI::Validator([kind](std::string &v) { return check_number(kind, v); }, ""));
     }

@@ -5,11 +5,13 @@
 // nested loop ran for hours.
 //
 // The Jinja interpreter is the pinned llama.cpp bundle's (a dependency);
-// CMakeLists.txt compiles copies of its jinja/runtime.cpp and value.cpp with
-// a few lines added that call this header: a Scope in statement::execute
-// (which every statement and expression goes through), a step per loop item,
-// and size checks where one step can build a large value. ChatTemplate gives
-// each rendering (and the capability probes) a fresh budget with reset().
+// CMakeLists.txt compiles a copy of its jinja directory with a few lines
+// added that call this header: a Scope in statement::execute (which every
+// statement and expression goes through), a DataScope in the walks over a
+// value, a ParseScope in the parser's recursive entries, a step per loop
+// item, and size checks where one step can build a large value.
+// ChatTemplate gives each rendering (and the capability probes) a fresh
+// budget with reset().
 #pragma once
 
 #include <algorithm>
@@ -91,35 +93,35 @@ inline void check_text(long double bytes, long double parts) {
     spend(parts);
 }
 
-struct Scope {
-    Scope() {
-        if (budget.depth >= kMaxDepth) {
-            throw std::runtime_error("the template nests calls more than " + std::to_string(kMaxDepth) +
-                                     " deep (a macro that calls itself without end?)");
+// One more level of nesting on `depth`, or an error past `most`: "the
+// template<what> more than <most> <unit>" (built only when thrown).
+class Level {
+public:
+    Level(int &depth, int most, const char *what, const char *unit) : depth_(depth) {
+        if (depth_ >= most) {
+            throw std::runtime_error(std::string("the template") + what + " more than " + std::to_string(most) + " " + unit);
         }
-        spend(1);
-        ++budget.depth;
+        ++depth_;
     }
-    ~Scope() { --budget.depth; }
-    Scope(const Scope &) = delete;
-    Scope &operator=(const Scope &) = delete;
+    ~Level() { --depth_; }
+    Level(const Level &) = delete;
+    Level &operator=(const Level &) = delete;
+
+private:
+    int &depth_;
+};
+
+// A statement or expression: a level and a step.
+struct Scope : Level {
+    Scope() : Level(budget.depth, kMaxDepth, " nests calls", "deep (a macro that calls itself without end?)") { spend(1); }
 };
 
 // The deepest a value may be walked (printed, written as JSON, marked by the
 // capability probes): a list or dict can hold itself (l.append(l)), and
 // printing it recursed until the stack overflowed. The walk shares the
 // nesting count with statements, so this is depth on top of theirs.
-struct DataScope {
-    DataScope() {
-        if (budget.depth >= kMaxDepth) {
-            throw std::runtime_error("the template's values nest more than " + std::to_string(kMaxDepth) +
-                                     " deep (a list or dict that holds itself?)");
-        }
-        ++budget.depth;
-    }
-    ~DataScope() { --budget.depth; }
-    DataScope(const DataScope &) = delete;
-    DataScope &operator=(const DataScope &) = delete;
+struct DataScope : Level {
+    DataScope() : Level(budget.depth, kMaxDepth, "'s values nest", "deep (a list or dict that holds itself?)") {}
 };
 
 // The deepest the parser may recurse: template source nested 100000 deep
@@ -127,17 +129,9 @@ struct DataScope {
 // parsing. A level of nesting is about a dozen parser frames; the bundle's
 // templates nest a few dozen levels at most.
 inline constexpr int kMaxParseDepth = 300;
-struct ParseScope {
-    static inline thread_local int depth = 0;
-    ParseScope() {
-        if (depth >= kMaxParseDepth) {
-            throw std::runtime_error("the template nests more than " + std::to_string(kMaxParseDepth) + " levels deep");
-        }
-        ++depth;
-    }
-    ~ParseScope() { --depth; }
-    ParseScope(const ParseScope &) = delete;
-    ParseScope &operator=(const ParseScope &) = delete;
+inline thread_local int parse_depth = 0;
+struct ParseScope : Level {
+    ParseScope() : Level(parse_depth, kMaxParseDepth, " nests", "levels deep") {}
 };
 
 // replace(): the longest result it could build (every place an occurrence).
