@@ -233,6 +233,73 @@ TEST(Grammar, DeeplyNestedGroupsAreAnErrorNotAStackOverflow) {
     EXPECT_TRUE(Grammar::parse(ok)->matches("a"));
 }
 
+// Rules that match only the empty text: the same sentences as without them,
+// and no deeper stacks. A fuzzer's grammar (`x ::=` empty, `x{0,5}` after a
+// recursion) nested one stack level per character that every step walked
+// down again: 4000 characters took 3.5 s and 16000 overflowed the stack.
+TEST(Grammar, RulesThatMatchOnlyTheEmptyTextAddNoDepth) {
+    auto deep = Grammar::parse("root ::= [^\\n] root? x{0,5}\nx ::=\n");
+    EXPECT_TRUE(deep->matches(std::string(200000, 'a')));
+    EXPECT_FALSE(deep->matches(std::string(1000, 'a') + "\n"));
+    EXPECT_FALSE(deep->matches(""));
+    GrammarState st(deep);
+    ASSERT_TRUE(st.accept_text(std::string(200000, 'b')));
+    EXPECT_TRUE(st.complete());
+    // empty-only rules anywhere: between terminals, as a whole alternative,
+    // repeated, nested in groups, and the root itself
+    auto g = Grammar::parse("root ::= \"a\" e \"b\" (e | \"c\") e* f\n"
+                            "e ::= \"\" | f f\nf ::= (\"\")?\n");
+    for (const char *yes : {"ab", "abc"}) EXPECT_TRUE(g->matches(yes)) << yes;
+    for (const char *no : {"", "a", "b", "ac", "abcc", "abe"}) EXPECT_FALSE(g->matches(no)) << no;
+    EXPECT_TRUE(Grammar::parse("root ::= e e\ne ::= \"\"")->matches(""));
+    EXPECT_FALSE(Grammar::parse("root ::= e e\ne ::= \"\"")->matches("a"));
+    // a rule that matches nothing at all (it never ends) stays what it is
+    EXPECT_FALSE(Grammar::parse("root ::= \"a\" n | \"b\"\nn ::= e n\ne ::= \"\"")->matches("a"));
+}
+
+// Chains of 100000 rules (a grammar of 2 MB): parsed in one pass each, not a
+// pass per link (finding the nullable rules swept them all until nothing
+// changed) and without a recursion per link (the left-recursion check
+// overflowed the stack).
+TEST(Grammar, ALongChainOfRulesIsNeitherQuadraticNorARecursion) {
+    const int n = 100000;
+    std::string chain = "root ::= r0\n", links = chain, left = chain;
+    for (int i = 0; i < n; ++i) {
+        chain += fmt::format("r{} ::= \"a\" r{} | \"\"\n", i, i + 1);
+        links += fmt::format("r{} ::= r{}\n", i, i + 1);
+    }
+    chain += fmt::format("r{} ::= \"b\"\n", n);
+    left = links + fmt::format("r{} ::= r0 \"a\"\n", n);
+    links += fmt::format("r{} ::= \"b\" | \"\"\n", n);  // nullable at the far end only
+    auto g = Grammar::parse(chain);
+    EXPECT_TRUE(g->matches(""));
+    EXPECT_TRUE(g->matches("aaa"));
+    EXPECT_TRUE(g->matches(std::string(n, 'a') + "b"));
+    EXPECT_FALSE(g->matches(std::string(n - 1, 'a') + "b"));
+    auto l = Grammar::parse(links);
+    EXPECT_TRUE(l->matches("") && l->matches("b"));
+    EXPECT_FALSE(l->matches("bb"));
+    const std::string err = test::error_of([&] { Grammar::parse(left); });
+    EXPECT_NE(err.find("is left-recursive"), std::string::npos) << err;
+}
+
+// A state's cache of stacks starts afresh past 2 M nodes, copying the stacks
+// it holds: 1.1 M nested parentheses are stacks 700 thousand deep when that
+// happens, and the copy (a recursion per level) overflowed the stack.
+TEST(Grammar, AStackDeeperThanTheCacheIsCopiedWithoutRecursion) {
+    VocabFile v(test::shared_path("models/vocab/ggml-vocab-gpt-2.gguf"));
+    GrammarState st(Grammar::parse("root ::= \"(\" root \")\" | \"x\""));
+    const int32_t open = v.vocab.tokenize("(", false).at(0), close = v.vocab.tokenize(")", false).at(0);
+    const int n = 1100000;
+    for (int i = 0; i < n; ++i) st.accept(v.vocab, open);
+    st.accept(v.vocab, v.vocab.tokenize("x", false).at(0));
+    for (int i = 0; i < n - 1; ++i) st.accept(v.vocab, close);
+    EXPECT_FALSE(st.complete());
+    EXPECT_FALSE(st.allows(v.vocab, open));
+    st.accept(v.vocab, close);
+    EXPECT_TRUE(st.finished());
+}
+
 TEST(Grammar, AnAmbiguousGrammarIsRefusedBeforeItsReadingsExplode) {
     // each letter may be any of three optional ones or open another `root`:
     // the readings double with every letter, and were all kept (a fuzzer's

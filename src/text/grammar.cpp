@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <functional>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -55,7 +54,9 @@ public:
         auto it = ids_.find(std::string(root));
         if (it == ids_.end()) fail("grammar: there is no rule named '{}' to start from", root);
         g_->root_ = it->second;
-        check_left_recursion();
+        const std::vector<uint8_t> nullable = nullable_rules();
+        check_left_recursion(nullable);
+        drop_empty_only_rules(nullable);
         return std::move(g_);
     }
 
@@ -371,29 +372,50 @@ private:
         }
     }
 
+    // The rules that can match the empty text. A worklist, linear in the
+    // grammar's size: each alternative waits on the first rule reference
+    // that is not (yet) known to be nullable, and is looked at again when
+    // that rule turns out to be (sweeping the rules until nothing changed
+    // took a pass per link of a chain of rules: quadratic).
+    std::vector<uint8_t> nullable_rules() const {
+        const Grammar &g = *g_;
+        const size_t n = g.rules_.size();
+        std::vector<uint8_t> nullable(n, 0);
+        struct Waiting {
+            uint32_t rule, at;  // the alternative's rule, and where its scan stopped
+        };
+        std::vector<std::vector<Waiting>> waiting(n);
+        std::vector<uint32_t> found;  // nullable rules whose waiters are still to resume
+        auto scan = [&](Waiting w) {
+            if (nullable[w.rule]) return;
+            size_t i = w.at;
+            while (g.elements_[i].kind == Kind::Rule && nullable[g.elements_[i].value]) ++i;
+            const Element e = g.elements_[i];
+            if (e.kind == Kind::End) {
+                nullable[w.rule] = 1;
+                found.push_back(w.rule);
+            } else if (e.kind == Kind::Rule) {
+                waiting[e.value].push_back({w.rule, (uint32_t)i});
+            }
+        };
+        for (uint32_t r = 0; r < n; ++r)
+            for (uint32_t a : g.rules_[r]) scan({r, a});
+        while (!found.empty()) {
+            const uint32_t r = found.back();
+            found.pop_back();
+            std::vector<Waiting> resume = std::move(waiting[r]);
+            for (Waiting w : resume) scan(w);
+        }
+        return nullable;
+    }
+
     // A rule that can reach itself without consuming anything would make
     // the parse stacks grow forever. Reaching itself as the last element of
     // a sequence (x ::= y? x, as `*` writes) is harmless: the stack does not
     // grow. Any other such cycle is left recursion.
-    void check_left_recursion() {
+    void check_left_recursion(const std::vector<uint8_t> &nullable) {
         const Grammar &g = *g_;
         const size_t n = g.rules_.size();
-        std::vector<uint8_t> nullable(n, 0);
-        for (bool changed = true; changed;) {
-            changed = false;
-            for (size_t r = 0; r < n; ++r) {
-                if (nullable[r]) continue;
-                for (uint32_t a : g.rules_[r]) {
-                    size_t i = a;
-                    while (g.elements_[i].kind == Kind::Rule && nullable[g.elements_[i].value]) ++i;
-                    if (g.elements_[i].kind == Kind::End) {
-                        nullable[r] = 1;
-                        changed = true;
-                        break;
-                    }
-                }
-            }
-        }
         struct Edge {
             uint32_t to;
             bool tail;
@@ -408,36 +430,50 @@ private:
                 }
             }
         }
-        // strongly connected components (Tarjan); a non-tail edge inside one is left recursion
+        // strongly connected components (Tarjan's algorithm, with a list of
+        // the rules being visited instead of a recursion: a chain of rules is
+        // as long as the grammar); a non-tail edge inside one is left recursion
         std::vector<int32_t> index(n, -1), low(n, 0), comp(n, -1);
         std::vector<uint32_t> stack;
         std::vector<uint8_t> on_stack(n, 0);
+        struct Visit {
+            uint32_t rule;
+            size_t next_edge;
+        };
+        std::vector<Visit> visiting;
         int32_t counter = 0, n_comp = 0;
-        std::function<void(uint32_t)> visit = [&](uint32_t v) {
+        auto enter = [&](uint32_t v) {
             index[v] = low[v] = counter++;
             stack.push_back(v);
             on_stack[v] = 1;
-            for (const Edge &e : edges[v]) {
-                if (index[e.to] < 0) {
-                    visit(e.to);
-                    low[v] = std::min(low[v], low[e.to]);
-                } else if (on_stack[e.to]) {
-                    low[v] = std::min(low[v], index[e.to]);
+            visiting.push_back({v, 0});
+        };
+        for (uint32_t root = 0; root < n; ++root) {
+            if (index[root] >= 0) continue;
+            enter(root);
+            while (!visiting.empty()) {
+                Visit &top = visiting.back();
+                const uint32_t v = top.rule;
+                if (top.next_edge < edges[v].size()) {
+                    const uint32_t to = edges[v][top.next_edge++].to;
+                    if (index[to] < 0) enter(to);
+                    else if (on_stack[to]) low[v] = std::min(low[v], index[to]);
+                    continue;
+                }
+                visiting.pop_back();
+                if (!visiting.empty()) low[visiting.back().rule] = std::min(low[visiting.back().rule], low[v]);
+                if (low[v] == index[v]) {
+                    uint32_t w;
+                    do {
+                        w = stack.back();
+                        stack.pop_back();
+                        on_stack[w] = 0;
+                        comp[w] = n_comp;
+                    } while (w != v);
+                    ++n_comp;
                 }
             }
-            if (low[v] == index[v]) {
-                uint32_t w;
-                do {
-                    w = stack.back();
-                    stack.pop_back();
-                    on_stack[w] = 0;
-                    comp[w] = n_comp;
-                } while (w != v);
-                ++n_comp;
-            }
-        };
-        for (uint32_t v = 0; v < n; ++v)
-            if (index[v] < 0) visit(v);
+        }
         for (uint32_t v = 0; v < n; ++v) {
             for (const Edge &e : edges[v]) {
                 if (!e.tail && comp[e.to] == comp[v]) {
@@ -446,6 +482,61 @@ private:
                 }
             }
         }
+    }
+
+    // References to rules that match the empty text and nothing else (x ::= "",
+    // or a repetition of such a rule) are removed from every sequence. Left in,
+    // each one read would stay on the parse stack below what follows it:
+    // `root ::= [^\n] root? x{0,5}` with `x ::= ""` nested one level deeper
+    // with every character, and each step walked all the levels down to the
+    // bottom (quadratic in the text, and a recursion that overflowed the
+    // thread's stack after some thousands of characters). Without them every
+    // level a step walks down to adds a stack of its own, so the walk ends at
+    // the bound on stacks (GrammarState::Cache::kMaxStacks).
+    void drop_empty_only_rules(const std::vector<uint8_t> &nullable) {
+        Grammar &g = *g_;
+        const size_t n = g.rules_.size();
+        // the rules that can match some non-empty text: those with a terminal,
+        // then (a worklist, linear) every rule that refers to one of them
+        std::vector<uint8_t> nonempty(n, 0);
+        std::vector<std::vector<uint32_t>> used_by(n);
+        std::vector<uint32_t> found;
+        for (uint32_t r = 0; r < n; ++r) {
+            for (uint32_t a : g.rules_[r]) {
+                for (size_t i = a; g.elements_[i].kind != Kind::End; ++i) {
+                    const Element e = g.elements_[i];
+                    if (e.kind == Kind::Rule) {
+                        used_by[e.value].push_back(r);
+                    } else if (!nonempty[r]) {
+                        nonempty[r] = 1;
+                        found.push_back(r);
+                    }
+                }
+            }
+        }
+        while (!found.empty()) {
+            const uint32_t r = found.back();
+            found.pop_back();
+            for (uint32_t user : used_by[r]) {
+                if (nonempty[user]) continue;
+                nonempty[user] = 1;
+                found.push_back(user);
+            }
+        }
+        auto empty_only = [&](Element e) { return e.kind == Kind::Rule && nullable[e.value] && !nonempty[e.value]; };
+        if (std::none_of(g.elements_.begin(), g.elements_.end(), empty_only)) return;
+        std::vector<Element> kept;
+        for (std::vector<uint32_t> &alts : g.rules_) {
+            for (uint32_t &a : alts) {
+                const uint32_t from = a;
+                a = (uint32_t)kept.size();
+                for (size_t i = from;; ++i) {
+                    if (!empty_only(g.elements_[i])) kept.push_back(g.elements_[i]);
+                    if (g.elements_[i].kind == Kind::End) break;
+                }
+            }
+        }
+        g.elements_ = std::move(kept);
     }
 
     std::string_view src_;
@@ -488,6 +579,7 @@ struct GrammarState::Cache {
     std::map<std::vector<int32_t>, int32_t> set_ids;
     U64Map steps;                                  // (set, code point) -> set
     std::vector<uint32_t> seen;                    // closure marks, by node
+    std::vector<int32_t> todo;                     // close()'s stacks still to expand
     uint32_t epoch = 0;
     uint32_t empty_seen = 0;                       // the epoch that last added the empty stack
     int32_t empty = 0;                             // the set with no stacks: nothing can follow
@@ -520,25 +612,32 @@ struct GrammarState::Cache {
     // The terminal-topped stacks `stack` stands for, each added to `out`
     // once per epoch; more than kMaxStacks is the ambiguity error as soon as
     // it is certain (a closure could otherwise build tens of thousands of
-    // stacks before intern refuses them).
+    // stacks before intern refuses them). A loop over a list of stacks still
+    // to expand, not a recursion: a step can walk down through as many levels
+    // as the bound on stacks.
     void close(int32_t stack, std::vector<int32_t> &out) {
-        if (stack < 0) {
-            if (empty_seen == epoch) return;
-            empty_seen = epoch;
-        } else {
-            if (seen.size() <= (size_t)stack) seen.resize(nodes.size() * 2, 0);
-            if (seen[stack] == epoch) return;
-            seen[stack] = epoch;
-            const Node n = nodes[stack];
-            const Element e = g.elements()[n.pos];
-            if (e.kind == Kind::Rule) {
-                const int32_t rest = node(n.pos + 1, n.parent);
-                for (uint32_t alt : g.alternatives(e.value)) close(node(alt, rest), out);
-                return;
+        todo.assign(1, stack);
+        while (!todo.empty()) {
+            const int32_t s = todo.back();
+            todo.pop_back();
+            if (s < 0) {
+                if (empty_seen == epoch) continue;
+                empty_seen = epoch;
+            } else {
+                if (seen.size() <= (size_t)s) seen.resize(nodes.size() * 2, 0);
+                if (seen[s] == epoch) continue;
+                seen[s] = epoch;
+                const Node n = nodes[s];
+                const Element e = g.elements()[n.pos];
+                if (e.kind == Kind::Rule) {
+                    const int32_t rest = node(n.pos + 1, n.parent);
+                    for (uint32_t alt : g.alternatives(e.value)) todo.push_back(node(alt, rest));
+                    continue;
+                }
             }
+            out.push_back(s);
+            if (out.size() > kMaxStacks) too_ambiguous();
         }
-        out.push_back(stack);
-        if (out.size() > kMaxStacks) too_ambiguous();
     }
 
     int32_t intern(std::vector<int32_t> stacks) {
@@ -642,18 +741,21 @@ struct GrammarState::Cache {
 
     bool complete(int32_t set) const { return !sets[set].empty() && sets[set].front() == -1; }
 
-    // A copy of a set's stacks in another cache (to drop what a long output accumulated).
+    // A copy of a set's stacks in another cache (to drop what a long output
+    // accumulated), each stack copied from the bottom up (a loop: stacks can
+    // be as deep as the output is long).
     int32_t copy_into(Cache &to, int32_t set) const {
         std::vector<int32_t> out;
-        std::unordered_map<int32_t, int32_t> done;
-        std::function<int32_t(int32_t)> copy = [&](int32_t s) -> int32_t {
-            if (s < 0) return -1;
-            if (auto it = done.find(s); it != done.end()) return it->second;
-            const int32_t id = to.node(nodes[s].pos, copy(nodes[s].parent));
-            done.emplace(s, id);
-            return id;
-        };
-        for (int32_t s : sets[set]) out.push_back(copy(s));
+        std::unordered_map<int32_t, int32_t> done{{-1, -1}};
+        std::vector<int32_t> chain;
+        for (int32_t s : sets[set]) {
+            for (int32_t d = s; !done.count(d); d = nodes[d].parent) chain.push_back(d);
+            for (; !chain.empty(); chain.pop_back()) {
+                const Node n = nodes[chain.back()];
+                done.emplace(chain.back(), to.node(n.pos, done.at(n.parent)));
+            }
+            out.push_back(done.at(s));
+        }
         return to.intern(std::move(out));
     }
 };
