@@ -245,6 +245,21 @@ TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
              {"{% set t = 'a' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(60) %}{% set ns.l = ns.l + [t] %}"
               "{% endfor %}{% set big = ns.l | join %}{{ (t ~ 'b') in big }}",
               "ran more than 2000000 steps"},
+             // one string of 1 MB written 300 times: by a loop, or a list of
+             // references to it printed or turned into JSON (each took gigabytes)
+             {"{% set s = ('x' * 1000) | replace('x', 'y' * 1000) %}{% for i in range(300) %}{{ s }}{% endfor %}",
+              "writes more than 268435456 bytes of text"},
+             {"{% set s = ('x' * 1000) | replace('x', 'y' * 1000) %}{% set ns = namespace(l=[]) %}{% for i in range(300) %}"
+              "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l | tojson | length }}",
+              "writes more than 268435456 bytes of text"},
+             {"{% set s = ('x' * 1000) | replace('x', 'y' * 1000) %}{% set ns = namespace(l=[]) %}{% for i in range(300) %}"
+              "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l | string | length }}",
+              "writes more than 268435456 bytes of text"},
+             {"{% set s = ('x' * 1000) | replace('x', 'y' * 1000) %}{% set ns = namespace(l=[]) %}{% for i in range(300) %}"
+              "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l }}",
+              "writes more than 268435456 bytes of text"},
+             {"{{ 'a\nb' | indent(3000000000) | length }}", "writes more than 268435456 bytes of text"},
+             {"{{ [1, [2]] | tojson(indent=1000000000) | length }}", "writes more than 268435456 bytes of text"},
          }) {
         SCOPED_TRACE(source);
         const std::string e = toy::test::error_of([&] { ChatTemplate(source, "", "", "hostile").apply(hi, true); });
@@ -252,6 +267,31 @@ TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
         EXPECT_TRUE(std::regex_search(e, std::regex(bound))) << e;
         EXPECT_EQ(e.find('\n'), std::string::npos) << e;
     }
+}
+
+// Integer arithmetic past int64 was undefined behaviour in the interpreter
+// (UBSan, found by fuzz_chat_template on 16 cores: `ns.index % 0`), and
+// divisibleby(0) stopped the process with SIGFPE; each is an error now, and
+// what fits gives Python's answers.
+TEST(ChatTemplate, IntegerArithmeticPastInt64IsAnError) {
+    const std::vector<Message> hi = {{"user", "hi"}};
+    for (const auto &[source, error] : std::vector<std::pair<std::string, std::string>>{
+             {"{{ 4 is divisibleby(0) }}", " tests divisibleby(0)"},
+             {"{% set ns = namespace(i=3) %}{{ ns.i % 0 }}", " takes an integer modulo zero"},
+             {"{{ 9223372036854775807 * 3 }}", "'s integer arithmetic leaves 64 bits"},
+             {"{{ -9223372036854775807 - 9 }}", "'s integer arithmetic leaves 64 bits"},
+             {"{% set ns = namespace(x=1.5) %}{% for i in range(70) %}{% set ns.x = ns.x * 2 %}{% endfor %}{{ ns.x | int }}",
+              "'s integer arithmetic leaves 64 bits"},
+         }) {
+        SCOPED_TRACE(source);
+        const std::string e = toy::test::error_of([&] { ChatTemplate(source, "", "", "numbers").apply(hi, true); });
+        EXPECT_EQ(e.rfind("numbers: rendering failed: the template" + error, 0), 0u) << e;
+    }
+    EXPECT_EQ(ChatTemplate("{{ 12 % 5 }} {{ -7 % 3 != 0 }} {{ -7 | abs }} {{ 2.5 | int }} {{ 7 is divisibleby(-1) }} "
+                           "{{ 9223372036854775807 }} {{ [1,2,3][1:3:9223372036854775807] }} "
+                           "{{ [1,2,3][::-9223372036854775807] }} {{ [1,2,3,4,5][::-2] }}")
+                  .apply(hi, true),
+              "2 True 7 2 True 9223372036854775807 2 3 531");
 }
 
 // A value that holds itself, and source nested without end, overflowed the

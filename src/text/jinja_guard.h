@@ -41,6 +41,7 @@ inline constexpr int64_t kMaxSteps = 2'000'000;
 struct Budget {
     int64_t steps_left = kMaxSteps;
     int depth = 0;
+    long double written = 0;  // bytes of text (write())
 };
 inline thread_local Budget budget;
 
@@ -52,6 +53,19 @@ inline constexpr int64_t kMaxItems = 1 << 20;
 inline constexpr int64_t kMaxText = 64 << 20;
 
 inline void reset() { budget = Budget{}; }
+
+// Text one rendering may write in all, each copy counted: gathering its
+// output, tojson, printing a list or dict, indent(). A 60 MB string written
+// 100 times by a loop, or a list of 100 references to it printed or turned
+// into JSON, took 6 GB and minutes; indent(3000000000) and
+// tojson(indent=1000000000) likewise. The bundle's templates write a few
+// times the conversation.
+inline constexpr int64_t kMaxWritten = 256 << 20;
+inline void write(long double bytes) {
+    if ((budget.written += bytes) > kMaxWritten) {
+        throw std::runtime_error("the template writes more than " + std::to_string(kMaxWritten) + " bytes of text");
+    }
+}
 
 // Work beyond one step: building n items or pieces costs n steps (a loop
 // over a long range() with an empty body executes no statements per item).
@@ -164,6 +178,28 @@ inline void replace_all(std::string &str, const std::string &from, const std::st
     }
     out.append(str, done, std::string::npos);
     str = std::move(out);
+}
+
+// Integer arithmetic. The interpreter computes +, -, * and % in double and
+// converts the result, negates and takes abs() in int64, and converts a float
+// for int(): a result past int64 (9223372036854775807 * 3, -(-2^63)) or not a
+// number (7 % 0) was undefined behaviour, and `x is divisibleby(0)` (or -2^63
+// by -1) stopped the process with SIGFPE. Each is an error now.
+inline int64_t to_int(long double x) {
+    if (x != x) throw std::runtime_error("the template takes an integer modulo zero");
+    if (!(x >= -0x1p63L && x < 0x1p63L)) throw std::runtime_error("the template's integer arithmetic leaves 64 bits");
+    return (int64_t)x;
+}
+inline bool divisible(int64_t a, int64_t b) {
+    if (b == 0) throw std::runtime_error("the template tests divisibleby(0)");
+    return b == -1 || a % b == 0;
+}
+
+// The next index of a slice's walk (x[a:b:step]), kept within [-1, len]
+// where the walk ends: i + step overflowed for a step near 2^63.
+inline int64_t next_index(int64_t i, int64_t step, int64_t len) {
+    if (step > 0) return step > len - i ? len : i + step;
+    return step < -1 - i ? -1 : i + step;
 }
 
 }  // namespace toy::jinja_guard
