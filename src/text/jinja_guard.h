@@ -59,8 +59,9 @@ inline void reset() { budget = Budget{}; }
 // 100 times by a loop, or a list of 100 references to it printed or turned
 // into JSON, took 6 GB and minutes; indent(3000000000) and
 // tojson(indent=1000000000) likewise. The bundle's templates write a few
-// times the conversation.
-inline constexpr int64_t kMaxWritten = 256 << 20;
+// times the conversation: the bound is that of one value, and a
+// conversation some millions of tokens long.
+inline constexpr int64_t kMaxWritten = kMaxText;
 inline void write(long double bytes) {
     if ((budget.written += bytes) > kMaxWritten) {
         throw std::runtime_error("the template writes more than " + std::to_string(kMaxWritten) + " bytes of text");
