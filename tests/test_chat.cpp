@@ -303,6 +303,13 @@ TEST(ChatTemplate, IntegerArithmeticPastInt64IsAnError) {
                            "{{ [1,2,3][::-9223372036854775807] }} {{ [1,2,3,4,5][::-2] }}")
                   .apply(hi, true),
               "2 True 7 2 True 9223372036854775807 2 3 531");
+    // a range whose next value would leave int64 ends there (it wrapped and
+    // grew until the process was killed for memory)
+    EXPECT_EQ(ChatTemplate("{{ range(0, 9223372036854775807, 4611686018427387904) | join(',') }}|"
+                           "{{ range(-9223372036854775807, 9223372036854775807, 4611686018427387904) | length }}|"
+                           "{{ range(9223372036854775806, -9223372036854775807, -4611686018427387904) | length }}")
+                  .apply(hi, true),
+              "0,4611686018427387904|4|4");
 }
 
 // A value that holds itself, and source nested without end, overflowed the

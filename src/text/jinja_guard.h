@@ -196,6 +196,14 @@ inline bool divisible(int64_t a, int64_t b) {
     return b == -1 || a % b == 0;
 }
 
+// The next value of range(start, stop, step): stop where i + step would
+// leave int64 (range(0, 2**63 - 1, 2**62) wrapped to negative numbers and
+// went on until the process was killed for memory).
+inline int64_t range_next(int64_t i, int64_t step, int64_t stop) {
+    int64_t next;
+    return __builtin_add_overflow(i, step, &next) ? stop : next;
+}
+
 // The next index of a slice's walk (x[a:b:step]), kept within [-1, len]
 // where the walk ends: i + step overflowed for a step near 2^63.
 inline int64_t next_index(int64_t i, int64_t step, int64_t len) {
