@@ -288,7 +288,9 @@ TEST(ChatTemplate, IntegerArithmeticPastInt64IsAnError) {
     const std::vector<Message> hi = {{"user", "hi"}};
     for (const auto &[source, error] : std::vector<std::pair<std::string, std::string>>{
              {"{{ 4 is divisibleby(0) }}", " tests divisibleby(0)"},
-             {"{% set ns = namespace(i=3) %}{{ ns.i % 0 }}", " takes an integer modulo zero"},
+             {"{% set ns = namespace(i=3) %}{{ ns.i % 0 }}", "'s integer arithmetic has no result (a modulo by zero"},
+             {"{{ ((1 / 0) - (1 / 0)) | int }}", "'s integer arithmetic has no result"},
+             {"{{ (1 / 0) | int }}", "'s integer arithmetic leaves 64 bits"},
              {"{{ 9223372036854775807 * 3 }}", "'s integer arithmetic leaves 64 bits"},
              {"{{ -9223372036854775807 - 9 }}", "'s integer arithmetic leaves 64 bits"},
              {"{% set ns = namespace(x=1.5) %}{% for i in range(70) %}{% set ns.x = ns.x * 2 %}{% endfor %}{{ ns.x | int }}",

@@ -184,10 +184,10 @@ inline void replace_all(std::string &str, const std::string &from, const std::st
 // Integer arithmetic. The interpreter computes +, -, * and % in double and
 // converts the result, negates and takes abs() in int64, and converts a float
 // for int(): a result past int64 (9223372036854775807 * 3, -(-2^63)) or not a
-// number (7 % 0) was undefined behaviour, and `x is divisibleby(0)` (or -2^63
+// number (7 % 0, int() of NaN) was undefined behaviour, and `x is divisibleby(0)` (or -2^63
 // by -1) stopped the process with SIGFPE. Each is an error now.
 inline int64_t to_int(long double x) {
-    if (x != x) throw std::runtime_error("the template takes an integer modulo zero");
+    if (x != x) throw std::runtime_error("the template's integer arithmetic has no result (a modulo by zero, or int() of NaN)");
     if (!(x >= -0x1p63L && x < 0x1p63L)) throw std::runtime_error("the template's integer arithmetic leaves 64 bits");
     return (int64_t)x;
 }
