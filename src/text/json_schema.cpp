@@ -708,6 +708,7 @@ private:
         }
         int &next = next_suffix_[name];
         for (int k = std::max(next, 1);; ++k) {
+            // (not name-k: GBNF parsers name their helper rules so)
             const std::string n = k == 1 ? name : name + std::to_string(k);
             if (!index_.count(n) && !reserved_.count(n)) {
                 next = k + 1;
