@@ -196,19 +196,15 @@ inline bool divisible(int64_t a, int64_t b) {
     return b == -1 || a % b == 0;
 }
 
-// The next value of range(start, stop, step): stop where i + step would
-// leave int64 (range(0, 2**63 - 1, 2**62) wrapped to negative numbers and
-// went on until the process was killed for memory).
-inline int64_t range_next(int64_t i, int64_t step, int64_t stop) {
+// The next value of a walk from i by step that ends at `end` (range()'s
+// stop; a slice's len, or -1 going backwards): i + step, or `end` where that
+// would pass it or leave int64. range(0, 2**63 - 1, 2**62) wrapped to
+// negative numbers and went on until the process was killed for memory, and a
+// slice's step near 2^63 overflowed.
+inline int64_t advance(int64_t i, int64_t step, int64_t end) {
     int64_t next;
-    return __builtin_add_overflow(i, step, &next) ? stop : next;
-}
-
-// The next index of a slice's walk (x[a:b:step]), kept within [-1, len]
-// where the walk ends: i + step overflowed for a step near 2^63.
-inline int64_t next_index(int64_t i, int64_t step, int64_t len) {
-    if (step > 0) return step > len - i ? len : i + step;
-    return step < -1 - i ? -1 : i + step;
+    if (__builtin_add_overflow(i, step, &next)) return end;
+    return step > 0 ? std::min(next, end) : std::max(next, end);
 }
 
 }  // namespace toy::jinja_guard
