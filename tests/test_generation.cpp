@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 using namespace toy;
 
 namespace {
@@ -90,4 +92,50 @@ TEST(Generation, HeldBackTextIsNotShownEarly) {
     }
     EXPECT_EQ(shown, " Once ");  // "upon a" may still become the stop string
     EXPECT_EQ(gen.flush(), "upon a");
+}
+
+TEST(Generation, DryBreakersAreTheTokensThatHoldABreakerString) {
+    // with_dry_breakers searches every piece for all breakers at once; here
+    // each is searched for on its own, on a 50257-token vocabulary, with
+    // breakers that overlap, nest and share prefixes, and bytes no piece has
+    const text::Vocab vocab = text::Vocab::load(*gguf::File::open(test::shared_path("models/vocab/ggml-vocab-gpt-2.gguf")));
+    auto by_definition = [&](const std::vector<std::string> &breakers) {
+        std::vector<int32_t> ids;
+        for (int32_t id = 0; id < vocab.n_tokens(); ++id) {
+            const std::string piece = vocab.token_to_piece(id);
+            for (const std::string &b : breakers)
+                if (!b.empty() && piece.find(b) != std::string::npos) {
+                    ids.push_back(id);
+                    break;
+                }
+        }
+        return ids;
+    };
+    std::mt19937 rng(11);
+    std::vector<std::vector<std::string>> sets = {
+        {"\n", ":", "\"", "*"},  // the default
+        {"ing", "in", "tion", "ation", "nation"},
+        {"abcab", "bca", "cabx", "zzz", "q"},
+        {"", "\xff\xfe", "the quick brown fox jumps over the lazy dog"},
+    };
+    for (int k = 0; k < 6; ++k) {  // substrings of random pieces, short and long
+        std::vector<std::string> set;
+        for (int i = 0; i < 40; ++i) {
+            const std::string piece = vocab.token_to_piece((int32_t)(rng() % (uint32_t)vocab.n_tokens()));
+            if (piece.empty()) continue;
+            const size_t at = rng() % piece.size(), len = 1 + rng() % std::min<size_t>(piece.size() - at, 2 + (size_t)k);
+            set.push_back(piece.substr(at, len) + (i % 7 == 0 ? "#" : ""));
+        }
+        sets.push_back(set);
+    }
+    for (const auto &set : sets) {
+        text::SamplerParams p;
+        p.dry_multiplier = 1.0f;
+        p.dry_sequence_breakers = set;
+        const std::vector<int32_t> got = text::with_dry_breakers(p, vocab).dry_breakers, want = by_definition(set);
+        EXPECT_EQ(got, want) << set.size() << " breakers, the first '" << set.front() << "'";
+        EXPECT_FALSE(want.empty() && set.size() > 3);
+    }
+    text::SamplerParams off;  // DRY off: nothing to look for
+    EXPECT_TRUE(text::with_dry_breakers(off, vocab).dry_breakers.empty());
 }

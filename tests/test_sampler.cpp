@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 
 using toy::text::Sampler;
@@ -295,6 +296,47 @@ TEST(Sampler, DryPenalizesTheTokenThatWouldRepeatASequence) {
     EXPECT_EQ(logits_after(p, {1, 2, 3, 4, 1, 2, 3})[4], 0.0f);
     // off by default
     EXPECT_EQ(logits_after(only(1.0f), {1, 2, 3, 4, 1, 2, 3})[4], 0.0f);
+}
+
+TEST(Sampler, DryFindsTheLongestRepeatAsTheDefinitionSays) {
+    // dry() is linear (a Z-function); this is its definition, compared back
+    // from every position, on random histories of few tokens (many repeats)
+    auto definition = [](const SamplerParams &p, const std::vector<int32_t> &h, size_t n_vocab) {
+        std::vector<float> out(n_vocab, 0.0f);
+        const size_t n = p.dry_penalty_last_n < 0 ? h.size() : std::min(h.size(), (size_t)p.dry_penalty_last_n);
+        if (n <= (size_t)p.dry_allowed_length) return out;
+        const size_t off = h.size() - n;
+        auto breaks = [&](int32_t t) { return std::count(p.dry_breakers.begin(), p.dry_breakers.end(), t) > 0; };
+        std::map<int32_t, size_t> longest;
+        for (size_t i = 0; i + 1 < n; ++i) {
+            size_t len = 0;
+            while (len <= i && h[off + i - len] == h[off + n - 1 - len] && !breaks(h[off + i - len])) ++len;
+            if (len > 0) longest[h[off + i + 1]] = std::max(longest[h[off + i + 1]], len);
+        }
+        for (auto [t, len] : longest)
+            if (len >= (size_t)p.dry_allowed_length) out[(size_t)t] = -p.dry_multiplier * std::pow(p.dry_base, (float)(len - p.dry_allowed_length));
+        return out;
+    };
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 400; ++trial) {
+        const size_t n_vocab = 2 + rng() % 4;
+        SamplerParams p = only(1.0f);
+        p.dry_multiplier = 0.5f;
+        p.dry_base = 1.25f;
+        p.dry_allowed_length = (int32_t)(rng() % 4);
+        p.dry_penalty_last_n = rng() % 3 == 0 ? (int32_t)(rng() % 40) : -1;
+        for (int32_t t = 0; t < (int32_t)n_vocab; ++t)
+            if (rng() % 6 == 0) p.dry_breakers.push_back(t);
+        std::vector<int32_t> h(1 + rng() % 60);
+        for (int32_t &t : h) t = (int32_t)(rng() % (trial % 2 ? n_vocab : 2));  // every other one: two tokens only
+        Sampler s(p);
+        for (int32_t t : h) s.accept(t);
+        s.sample(std::vector<float>(n_vocab, 0.0f));
+        std::vector<float> got(n_vocab, 0.0f);
+        for (const auto &c : s.last_candidates()) got[(size_t)c.id] = c.logit;
+        const std::vector<float> want = definition(p, h, n_vocab);
+        for (size_t t = 0; t < n_vocab; ++t) ASSERT_FLOAT_EQ(got[t], want[t]) << "trial " << trial << ", token " << t;
+    }
 }
 
 TEST(Sampler, MirostatWithAWildLearningRateStaysInTheVocabulary) {

@@ -71,6 +71,7 @@ std::string stage_names(const std::vector<Stage> &order) {
 }
 
 Sampler::Sampler(const SamplerParams &p) : p_(p) {
+    std::sort(p_.dry_breakers.begin(), p_.dry_breakers.end());  // looked up by dry()
     seed_ = p.seed == 0xFFFFFFFFu ? std::random_device{}() : p.seed;
     reset();
 }
@@ -207,21 +208,32 @@ void Sampler::xtc() {
 // occurred (up to a breaker token), the token that followed there would
 // repeat them once more; it loses multiplier * base^(L - allowed) for the
 // longest such repeat L >= allowed.
+//
+// Linear in the window (llama.cpp's DRY is too): read backwards, r[0] the
+// latest token, the repeat that ends at window position i is the common
+// prefix of r and r[n-1-i...] — the Z-function of r — cut at r's first
+// breaker, since both copies hold the same tokens. (Comparing back from each
+// position took 7 s per token for 4000 repeats of one token.)
 void Sampler::dry() {
     if (p_.dry_multiplier == 0.0f || p_.dry_base < 1.0f || p_.dry_penalty_last_n == 0) return;
     const size_t n = p_.dry_penalty_last_n < 0 ? history_.size() : std::min(history_.size(), (size_t)p_.dry_penalty_last_n);
     if (n <= (size_t)std::max(p_.dry_allowed_length, 0)) return;
-    const size_t off = history_.size() - n;
-    auto at = [&](size_t i) { return history_[off + i]; };
-    auto breaks = [&](int32_t t) { return std::find(p_.dry_breakers.begin(), p_.dry_breakers.end(), t) != p_.dry_breakers.end(); };
+    std::vector<int32_t> &r = dry_reversed_;
+    r.assign(history_.rbegin(), history_.rbegin() + (ptrdiff_t)n);
+    size_t unbroken = 0;  // latest tokens before the first breaker
+    while (unbroken < n && !std::binary_search(p_.dry_breakers.begin(), p_.dry_breakers.end(), r[unbroken])) ++unbroken;
+    if (unbroken == 0) return;
+    std::vector<size_t> &z = dry_z_;
+    z.assign(n, 0);
     std::unordered_map<int32_t, size_t> longest;  // candidate token -> longest repeat it would extend
-    for (size_t i = 0; i + 1 < n; ++i) {
-        // the tokens ending at i that equal the tokens ending at the last one
-        size_t len = 0;
-        while (len <= i && at(i - len) == at(n - 1 - len) && !breaks(at(i - len))) ++len;
+    for (size_t k = 1, left = 0, right = 0; k < n; ++k) {
+        // [left, right): the match found so far that reaches furthest, r[left..right) == r[0..right-left)
+        if (k < right) z[k] = std::min(right - k, z[k - left]);
+        while (k + z[k] < n && r[z[k]] == r[k + z[k]]) ++z[k];
+        if (k + z[k] > right) left = k, right = k + z[k];
+        const size_t len = std::min(z[k], unbroken);
         if (len == 0) continue;
-        const int32_t next = at(i + 1);
-        size_t &best = longest[next];
+        size_t &best = longest[r[k - 1]];  // the token that followed that earlier occurrence
         best = std::max(best, len);
     }
     for (Candidate &c : cur_) {

@@ -106,6 +106,8 @@ private:
     std::deque<int32_t> history_;  // the longer of the penalties' and DRY's windows
     std::vector<Candidate> cur_;
     float mu_ = 0.0f;  // mirostat's running surprise bound
+    std::vector<int32_t> dry_reversed_;  // dry()'s scratch: the window, latest token first
+    std::vector<size_t> dry_z_;          // ... and its Z-function
 };
 
 }  // namespace toy::text
