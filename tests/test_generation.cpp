@@ -94,6 +94,75 @@ TEST(Generation, HeldBackTextIsNotShownEarly) {
     EXPECT_EQ(gen.flush(), "upon a");
 }
 
+TEST(Generation, StopStringsAreFoundAsTheDefinitionSays) {
+    // Generation reads the text once, for all stop strings together; here is
+    // the definition, each stop string searched for in the text not yet shown
+    // after every token, on random texts of a few pieces (so stop strings
+    // recur, overlap and nest) with stop strings cut from them
+    Script s;
+    std::vector<int32_t> pieces = s.vocab.tokenize("a b ab ba aab abba bab ca c", false, false);
+    std::sort(pieces.begin(), pieces.end());
+    pieces.erase(std::unique(pieces.begin(), pieces.end()), pieces.end());
+    ASSERT_GE(pieces.size(), 5u);
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 500; ++trial) {
+        std::vector<int32_t> ids(1 + rng() % 40);
+        for (int32_t &id : ids) id = pieces[rng() % pieces.size()];
+        std::vector<std::string> chunks;
+        text::Detokenizer detok(s.vocab);
+        std::string all;
+        for (int32_t id : ids) all += chunks.emplace_back(detok.push(id));
+        text::GenerationLimits limits;
+        limits.show_stop = trial % 3 == 0;
+        for (size_t k = 1 + rng() % 4; k > 0; --k) {
+            const size_t at = rng() % all.size(), n = 1 + rng() % std::min<size_t>(all.size() - at, 9);
+            limits.stop.push_back(rng() % 5 ? all.substr(at, n) : all.substr(at, n) + "c");
+        }
+        // the definition
+        std::string want, pending;
+        int want_steps = (int)ids.size();
+        bool stopped = false;
+        for (size_t t = 0; t < chunks.size(); ++t) {
+            pending += chunks[t];
+            size_t cut = std::string::npos, len = 0;
+            for (const std::string &stop : limits.stop) {
+                const size_t at = pending.find(stop);
+                if (at < cut) cut = at, len = stop.size();
+            }
+            if (cut != std::string::npos) {
+                want += pending.substr(0, limits.show_stop ? cut + len : cut);
+                pending.clear();
+                want_steps = (int)t + 1;
+                stopped = true;
+                break;
+            }
+            size_t hold = 0;  // the longest tail that is a proper beginning of a stop string
+            for (const std::string &stop : limits.stop)
+                for (size_t n = std::min(stop.size() - 1, pending.size()); n > hold; --n)
+                    if (pending.compare(pending.size() - n, n, stop, 0, n) == 0) hold = n;
+            want += pending.substr(0, pending.size() - hold);
+            pending.erase(0, pending.size() - hold);
+        }
+        want += pending;
+        // Generation
+        text::Generation gen(&s.vocab, s.sampler, limits);
+        std::string got;
+        int steps = 0;
+        for (int32_t id : ids) {
+            std::fill(s.logits.begin(), s.logits.end(), 0.0f);
+            s.logits[(size_t)id] = 1.0f;
+            const text::Step st = gen.next(s.logits);
+            got += st.text;
+            ++steps;
+            if (st.done) break;
+        }
+        got += gen.flush();
+        ASSERT_EQ(got, want) << "trial " << trial << ", text '" << all << "', first stop '" << limits.stop[0] << "'";
+        ASSERT_EQ(steps, want_steps) << "trial " << trial;
+        ASSERT_EQ(gen.reason() == text::StopReason::StopString, stopped) << "trial " << trial;
+    }
+}
+
 TEST(Generation, DryBreakersAreTheTokensThatHoldABreakerString) {
     // with_dry_breakers searches every piece for all breakers at once; here
     // each is searched for on its own, on a 50257-token vocabulary, with

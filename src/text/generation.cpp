@@ -1,12 +1,10 @@
 #include "text/generation.h"
 
 #include "core/error.h"
+#include "text/string_set.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <string_view>
-#include <unordered_map>
 
 namespace toy::text {
 
@@ -16,6 +14,7 @@ Generation::Generation(const Vocab *vocab, Sampler &sampler, GenerationLimits li
     : vocab_(vocab), sampler_(sampler), limits_(std::move(limits)) {
     if (vocab_) detok_ = std::make_unique<Detokenizer>(*vocab_, special);
     std::erase(limits_.stop, std::string());
+    if (!limits_.stop.empty()) stops_ = std::make_unique<StringSet>(limits_.stop);
     if (limits_.grammar) {
         if (!vocab_) fail("a grammar needs the model's vocabulary");
         grammar_ = std::make_unique<GrammarState>(limits_.grammar);
@@ -66,12 +65,18 @@ Step Generation::next(std::span<const float> logits) {
     st.token = token;
     tokens_.push_back(token);
     if (detok_) {
+        const size_t read = pending_.size();
         pending_ += detok_->push(token);
-        // the earliest stop string in the text not yet shown ends it there
+        // the earliest stop string in the text not yet shown ends it there (the
+        // first in the list of those that begin at the same place)
         size_t cut = std::string::npos, len = 0;
-        for (const std::string &s : limits_.stop) {
-            const size_t at = pending_.find(s);
-            if (at < cut) cut = at, len = s.size();
+        int32_t first = -1;
+        for (size_t i = read; stops_ && i < pending_.size(); ++i) {
+            stop_state_ = stops_->next(stop_state_, (unsigned char)pending_[i]);
+            stops_->for_each_ended(stop_state_, [&](int32_t index, size_t n) {
+                const size_t at = i + 1 - n;
+                if (at < cut || (at == cut && index < first)) cut = at, len = n, first = index;
+            });
         }
         if (cut != std::string::npos) {
             st.text = pending_.substr(0, limits_.show_stop ? cut + len : cut);
@@ -107,74 +112,12 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int n_top)
     return lp;
 }
 
-namespace {
-
-// Whether a text holds any of a set of strings, in one pass over the text
-// (Aho-Corasick): a trie of the strings whose every node knows the longest
-// proper suffix of its path that is also in the trie. Building it and each
-// search are linear in the bytes involved, however many strings there are.
-class AnyOf {
-public:
-    explicit AnyOf(const std::vector<std::string> &needles) {
-        fail_.push_back(0), ends_.push_back(0), depth_.push_back(0), parent_.push_back(0), byte_.push_back(0);
-        for (const std::string &s : needles) {
-            if (s.empty()) continue;
-            uint32_t at = 0;
-            for (unsigned char c : s) {
-                const auto next = (uint32_t)fail_.size();
-                uint32_t &child = at == 0 ? root_[c] : edges_.try_emplace(key(at, c), next).first->second;
-                if (at == 0 && child == 0) child = next;
-                if (child == next) fail_.push_back(0), ends_.push_back(0), depth_.push_back(depth_[at] + 1), parent_.push_back(at), byte_.push_back(c);
-                at = child;
-            }
-            ends_[at] = 1;
-        }
-        // suffix links, shallower nodes first (a counting sort by depth)
-        std::vector<uint32_t> first(depth_.empty() ? 1 : *std::max_element(depth_.begin(), depth_.end()) + 2, 0);
-        for (uint32_t d : depth_) ++first[d + 1];
-        for (size_t d = 1; d < first.size(); ++d) first[d] += first[d - 1];
-        std::vector<uint32_t> order(fail_.size());
-        for (uint32_t v = 0; v < order.size(); ++v) order[first[depth_[v]]++] = v;
-        for (uint32_t v : order) {
-            if (depth_[v] < 2) continue;  // the root and its children fall back to the root
-            fail_[v] = step(fail_[parent_[v]], byte_[v]);
-            ends_[v] |= ends_[fail_[v]];
-        }
-    }
-
-    bool found_in(std::string_view text) const {
-        uint32_t at = 0;
-        for (unsigned char c : text) {
-            at = step(at, c);
-            if (ends_[at]) return true;
-        }
-        return false;
-    }
-
-private:
-    static uint64_t key(uint32_t node, unsigned char c) { return (uint64_t)node << 8 | c; }
-    // the node after reading c at `at`: the longest suffix of the path + c in the trie
-    uint32_t step(uint32_t at, unsigned char c) const {
-        for (; at != 0; at = fail_[at]) {
-            if (auto it = edges_.find(key(at, c)); it != edges_.end()) return it->second;
-        }
-        return root_[c];
-    }
-
-    std::array<uint32_t, 256> root_{};                  // the root's children (0: none), most steps start there
-    std::unordered_map<uint64_t, uint32_t> edges_;       // (node, byte) -> child, below the root
-    std::vector<uint32_t> fail_, depth_, parent_;       // per node
-    std::vector<uint8_t> ends_, byte_;                  // a needle ends here (or at a suffix); the byte into it
-};
-
-}  // namespace
-
 SamplerParams with_dry_breakers(SamplerParams p, const Vocab &vocab) {
     p.dry_breakers.clear();
     if (p.dry_multiplier == 0.0f || p.dry_sequence_breakers.empty()) return p;
     // one pass over the vocabulary: a request's breakers (a megabyte of them)
     // each searched for in every token took minutes of the server's engine
-    const AnyOf breakers(p.dry_sequence_breakers);
+    const StringSet breakers(p.dry_sequence_breakers);
     for (int32_t id = 0; id < vocab.n_tokens(); ++id) {
         if (breakers.found_in(vocab.piece_view(id))) p.dry_breakers.push_back(id);
     }
@@ -182,16 +125,9 @@ SamplerParams with_dry_breakers(SamplerParams p, const Vocab &vocab) {
 }
 
 std::string Generation::release() {
-    // hold back the longest tail of pending_ that is a proper prefix of a stop string
-    size_t hold = 0;
-    for (const std::string &s : limits_.stop) {
-        for (size_t n = std::min(s.size() - 1, pending_.size()); n > hold; --n) {
-            if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
-                hold = n;
-                break;
-            }
-        }
-    }
+    // hold back the longest tail of pending_ that begins a stop string (no
+    // stop string ends in it, or generation would have ended)
+    const size_t hold = stops_ ? std::min(stops_->depth(stop_state_), pending_.size()) : 0;
     std::string out = pending_.substr(0, pending_.size() - hold);
     pending_.erase(0, pending_.size() - hold);
     return out;

@@ -8,6 +8,7 @@
 
 #include "text/grammar.h"
 #include "text/sampler.h"
+#include "text/string_set.h"
 #include "text/vocab.h"
 
 #include <cstdint>
@@ -79,6 +80,8 @@ private:
     GenerationLimits limits_;
     std::unique_ptr<Detokenizer> detok_;
     std::string pending_;
+    std::unique_ptr<StringSet> stops_;        // limits_.stop, searched for in the text as it comes
+    StringSet::State stop_state_ = StringSet::kStart;
     std::vector<int32_t> tokens_;
     StopReason reason_ = StopReason::None;
     std::unique_ptr<GrammarState> grammar_;
