@@ -6,13 +6,15 @@
 // the server would answer 400 with an internal message, so it is a finding
 // too); what parses must be a request the scheduler can run: prompt ids in
 // the vocabulary, sane limits, at most 20 log-probabilities, sampler
-// parameters that sample inside the vocabulary.
+// parameters that sample inside the vocabulary, and a generation (stop
+// strings, grammar) whose text is what its tokens spell, up to a stop string.
 #include "fuzz_common.h"
 
 #include "core/error.h"
 #include "gguf/gguf_reader.h"
 #include "serve/request.h"
 #include "text/chat_template.h"
+#include "text/generation.h"
 #include "text/vocab.h"
 
 #include <cstdio>
@@ -65,14 +67,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (req.n_logprobs > 20) finding("more than 20 log-probabilities");
     if (req.limits.max_tokens == 0 || req.limits.max_tokens < -1) finding("max_tokens out of range");
-    // the sampler the request asks for draws inside the vocabulary
+    // what the scheduler then runs on its engine thread: the sampler the
+    // request asks for (DRY's breakers found, the prompt seen) draws inside the
+    // vocabulary, and the text shown is what the tokens spell, up to a stop
+    // string where one ended it
     std::vector<float> logits((size_t)vocab.n_tokens());
-    for (size_t i = 0; i < logits.size(); ++i) logits[i] = (float)((i * 2654435761u) % 1000) / 100.0f;
-    text::Sampler sampler(req.sampling);
-    for (int i = 0; i < 4; ++i) {
-        const int32_t t = sampler.sample(logits);
-        if (t < 0 || t >= vocab.n_tokens()) finding("a sampled token outside the vocabulary");
-        sampler.accept(t);
+    text::Sampler sampler(text::with_dry_breakers(req.sampling, vocab));
+    for (int32_t t : req.prompt) sampler.accept(t);
+    std::string shown;
+    std::unique_ptr<text::Generation> gen;
+    try {
+        gen = std::make_unique<text::Generation>(&vocab, sampler, req.limits);
+        for (int step = 0; step < 12; ++step) {
+            for (size_t i = 0; i < logits.size(); ++i) logits[i] = (float)(((i + (size_t)step * 7) * 2654435761u) % 1000) / 100.0f;
+            const text::Step st = gen->next(logits);
+            if (st.token >= vocab.n_tokens() || st.token < -1) finding("a sampled token outside the vocabulary");
+            shown += st.text;
+            if (st.done) break;
+        }
+    } catch (const Error &) {
+        return 0;  // a grammar that no token of the vocabulary can continue
+    }
+    shown += gen->flush();
+    text::Detokenizer detok(vocab);
+    std::string spelled;
+    for (int32_t t : gen->tokens()) spelled += detok.push(t);
+    spelled += detok.flush();
+    if (gen->reason() == text::StopReason::StopString) {
+        if (spelled.compare(0, shown.size(), shown) != 0) finding("the text shown is not the beginning of the tokens' text");
+        bool found = false;  // (a request's stop strings are not shown)
+        for (const std::string &stop : req.limits.stop) {
+            found = found || (!stop.empty() && spelled.compare(shown.size(), stop.size(), stop) == 0);
+        }
+        if (!found) finding("no stop string follows the text shown");
+    } else if (shown != spelled) {
+        finding("the text shown is not the tokens' text");
     }
     return 0;
 }
