@@ -185,6 +185,68 @@ TEST(Grammar, TokenWalkEqualsTheDefinitionOnByteLevelAndSpmVocabularies) {
     }
 }
 
+TEST(Grammar, ReadingsThatShareTheirNextCharactersAreSteppedOnce) {
+    // A step checks each distinct top of the readings once and reuses the set
+    // it reached for every later character that the same tops admit (a bit
+    // per top up to 64; beyond, only "all of them"). The walk, memos warm,
+    // must equal each token read by a state on a cache of its own (memos
+    // cold). Reading i is [class_i]* "." w_i: which readings a memo keeps
+    // alive decides the letters allowed after the "." (a capital for each of
+    // readings 64 to 89).
+    VocabFile v(test::shared_path("models/stories260K.gguf"));
+    std::mt19937 rng(3);
+    auto letters = [&](size_t n) {
+        std::string az = "abcdefghijklmnopqrstuvwxyz";
+        std::shuffle(az.begin(), az.end(), rng);
+        return az.substr(0, n);
+    };
+    for (const bool many_tops : {false, true}) {
+        SCOPED_TRACE(many_tops);
+        const std::vector<std::string> few = {letters(13), letters(13), letters(13), letters(13), letters(13)};
+        std::string gbnf = "root ::= a0";
+        for (int i = 1; i < 90; ++i) gbnf += " | a" + std::to_string(i);
+        for (int i = 0; i < 90; ++i) {
+            // many: 64 classes that admit every letter (and one character of their own), 26 of some letters
+            std::string cls = !many_tops ? few[i % 5] : i < 64 ? "a-z\\u" + fmt::format("{:04X}", 0x4E00 + i) : letters(13);
+            // readings 64 to 89 end in words that begin with their own capital
+            const std::string word = {(char)(i < 64 ? 'a' + i % 26 : 'A' + i - 64), (char)('a' + i / 26)};
+            gbnf += "\na" + std::to_string(i) + " ::= [ " + cls + "]* \".\" \"" + word + "\"";
+        }
+        const auto grammar = Grammar::parse(gbnf);
+        std::string said;
+        GrammarState st(grammar);
+        for (int step = 0; step < 14; ++step) {
+            std::vector<uint8_t> allowed;
+            st.allowed_tokens(v.vocab, allowed);
+            std::vector<int32_t> ok;
+            for (int32_t id = 0; id < v.vocab.n_tokens(); ++id) {
+                const std::string_view piece = v.vocab.piece_view(id);
+                if (piece.empty() || v.vocab.is_eog(id)) continue;
+                GrammarState cold(grammar);
+                const bool expect = cold.accept_text(said) && cold.accept_text(piece);
+                ASSERT_EQ(allowed[(size_t)id] != 0, expect) << "token '" << piece << "' after '" << said << "'";
+                if (expect) ok.push_back(id);
+            }
+            if (ok.empty()) {  // a whole sentence: only the end may follow
+                ASSERT_TRUE(st.complete()) << said;
+                ASSERT_GT(step, 8) << said;
+                break;
+            }
+            // on: a dot half way, else a token of letters when there is one
+            // on: a dot at step 7, before it text of the letters of "eat" only
+            // (some of the 13-letter classes hold them all: some readings live)
+            std::vector<int32_t> pick;
+            for (int32_t id : ok) {
+                const std::string_view piece = v.vocab.piece_view(id);
+                if (step == 7 ? piece == "." : step > 7 || piece.find_first_not_of("eat ") == std::string_view::npos) pick.push_back(id);
+            }
+            const int32_t next = pick.empty() ? ok[rng() % ok.size()] : pick[rng() % pick.size()];
+            said += v.vocab.piece_view(next);
+            st.accept(v.vocab, next);
+        }
+    }
+}
+
 TEST(Grammar, AcceptRefusesATokenTheGrammarDoesNotAllow) {
     VocabFile v(test::shared_path("models/vocab/ggml-vocab-gpt-2.gguf"));
     GrammarState st(Grammar::parse(R"(root ::= "yes" | "no")"));
