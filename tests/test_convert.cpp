@@ -450,6 +450,11 @@ TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
         fs::remove(d / "config.json");
         expect_error(test::shell_quote(d.string()), "config.json is missing");
     }
+    {  // JSON nested a million levels: printing or copying it would recurse off the stack
+        const fs::path d = copy_of("deep");
+        std::ofstream(d / "tokenizer.json") << std::string(1000000, '[') << std::string(1000000, ']');
+        expect_error(test::shell_quote(d.string()), "tokenizer.json: JSON nested deeper than 512 levels");
+    }
     {  // an architecture toy does not convert
         const fs::path d = copy_of("bert");
         json c = test::read_json((d / "config.json").string());

@@ -306,6 +306,9 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": 16, "text": "y"}]}]})", 400,
                  "message content parts must be"},
              Bad{"/v1/completions", json{{"prompt", std::string(3000, 'z')}}.dump(), 400, "context per sequence"},
+             // 200000 levels (past this server's --max-body) ended the server with SIGSEGV when the error quoted them
+             Bad{"/v1/completions", R"({"prompt": "x", "logit_bias": {"1": )" + std::string(600, '[') + std::string(600, ']') + "}}",
+                 400, "the request body: JSON nested deeper than 512 levels"},
              Bad{"/v1/completions", json{{"prompt", std::string(5000, 'z')}}.dump(), 413, "too large"},
          }) {
         SCOPED_TRACE(b.body.substr(0, 60));

@@ -119,6 +119,10 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
     expect_one_line_error(run_toy(base + "-f /dev/zero"), "training data: '/dev/zero' gives more than 1 GiB");
     expect_one_line_error(run_toy(base + "--chat-template chatml -f " + write(d, "bad.jsonl", "{\"messages\": []}\nnot json\n")),
                           "bad.jsonl:2");
+    // a line of a million '[' parsed, then SIGSEGV where the error message quoted it
+    expect_one_line_error(run_toy(base + "--chat-template chatml -f " +
+                                  write(d, "deep.jsonl", std::string(1000000, '[') + std::string(1000000, ']') + "\n")),
+                          "deep.jsonl:1: JSON nested deeper than 512 levels");
     expect_one_line_error(
         run_toy(base + "--chat-template chatml -f " +
                 write(d, "noreply.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n")),

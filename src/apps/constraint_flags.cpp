@@ -2,6 +2,7 @@
 
 #include "apps/prompt_input.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "text/json_schema.h"
 
 #include <fmt/format.h>
@@ -31,7 +32,7 @@ std::shared_ptr<const text::Grammar> ConstraintFlags::load(const text::Vocab &vo
             const std::string text = json_schema_file.empty() ? json_schema : read_input_file(json_schema_file, flag);
             nlohmann::ordered_json schema;
             try {
-                schema = nlohmann::ordered_json::parse(text);
+                schema = parse_json<nlohmann::ordered_json>(text, "the schema");
             } catch (const nlohmann::json::exception &e) {
                 fail("the schema is not JSON: {}", e.what());
             }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/read_file.h"
 
 #include <nlohmann/json.hpp>
@@ -14,7 +15,7 @@ namespace toy::convert {
 inline nlohmann::json read_json_file(const std::string &path) {
     const std::string text = read_whole_file(path, "convert");
     try {
-        return nlohmann::json::parse(text);
+        return parse_json(text, path);
     } catch (const nlohmann::json::exception &e) {
         fail("{}: not valid JSON ({})", path, e.what());
     }

@@ -2,6 +2,7 @@
 
 #include "convert/json_file.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/memory.h"
 
 #include <ggml.h>
@@ -116,7 +117,7 @@ void Safetensors::add_file(const std::string &path, const std::vector<std::strin
     }
     nlohmann::json header;
     try {
-        header = nlohmann::json::parse(base + 8, base + 8 + n_header);
+        header = parse_json(std::string_view((const char *)base + 8, n_header), path + ": header");
     } catch (const nlohmann::json::exception &e) {
         fail("{}: header is not valid JSON ({})", path, e.what());
     }

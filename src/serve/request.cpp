@@ -4,6 +4,7 @@
 #include "serve/request.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "text/json_schema.h"
 
 #include <cmath>
@@ -14,8 +15,14 @@ namespace toy::serve {
 using json = nlohmann::ordered_json;
 
 json parse_body(const std::string &body) {
-    json j = json::parse(body, nullptr, false);
-    if (j.is_discarded()) throw ApiError{400, "the request body is not valid JSON"};
+    json j;
+    try {
+        j = parse_json<json>(body, "the request body");
+    } catch (const json::exception &) {
+        throw ApiError{400, "the request body is not valid JSON"};
+    } catch (const Error &e) {
+        throw ApiError{400, e.what()};
+    }
     if (!j.is_object()) throw ApiError{400, "the request body must be a JSON object"};
     return j;
 }

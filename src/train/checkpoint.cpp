@@ -2,6 +2,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "gguf/gguf_writer.h"
 
 #include <fmt/format.h>
@@ -46,7 +47,7 @@ std::unique_ptr<gguf::File> open_checkpoint(const std::string &path) {
 
 nlohmann::json settings_of(const gguf::File &f) {
     try {
-        return nlohmann::json::parse(f.get_string("toy.checkpoint.settings"));
+        return parse_json(f.get_string("toy.checkpoint.settings"), f.path() + ": toy.checkpoint.settings");
     } catch (const nlohmann::json::exception &e) {
         fail("{}: toy.checkpoint.settings is not JSON ({})", f.path(), e.what());
     }

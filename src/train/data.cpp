@@ -1,6 +1,7 @@
 #include "train/data.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/read_file.h"
 
 #include <nlohmann/json.hpp>
@@ -70,7 +71,9 @@ Dataset load_chat(const std::string &path, const std::string &body, const text::
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         nlohmann::json j;
         try {
-            j = nlohmann::json::parse(line);
+            j = parse_json(line, fmt::format("{}:{}", path, line_no));
+        } catch (const Error &) {
+            throw;
         } catch (const std::exception &e) {
             fail("{}:{}: expected a JSON object per line, found text that is not JSON ({})", path, line_no,
                  std::string(e.what()).substr(0, 80));
