@@ -68,11 +68,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (req.n_logprobs > 20) finding("more than 20 log-probabilities");
     if (req.limits.max_tokens == 0 || req.limits.max_tokens < -1) finding("max_tokens out of range");
     // what the scheduler then runs on its engine thread: the sampler the
-    // request asks for (DRY's breakers found, the prompt seen) draws inside the
+    // request asks for (the prompt seen) draws inside the
     // vocabulary, and the text shown is what the tokens spell, up to a stop
     // string where one ended it
     std::vector<float> logits((size_t)vocab.n_tokens());
-    text::Sampler sampler(text::with_dry_breakers(req.sampling, vocab));
+    text::Sampler sampler(req.sampling);
     for (int32_t t : req.prompt) sampler.accept(t);
     std::string shown;
     std::unique_ptr<text::Generation> gen;

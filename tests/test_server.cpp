@@ -3,6 +3,8 @@
 // with OpenAI-style errors while a good request alongside them is served.
 #include "json_schema_check.h"
 #include "serve/api.h"
+#include "serve/request.h"
+#include "text/chat_template.h"
 #include "serve/connection_pool.h"
 #include "test_util.h"
 
@@ -497,4 +499,27 @@ TEST(Server, ConnectionPoolGrowsWhenBusyAndShrinksWhenIdle) {
     EXPECT_EQ(pool.threads(), 2u);  // the extra threads ended once idle
     pool.shutdown();
     EXPECT_EQ(pool.threads(), 0u);
+}
+
+TEST(Server, TheRequestParserPreparesDryBreakersAndStopStringsOffTheEngineThread) {
+    // the scheduler's engine thread serves every client: what a request's
+    // lists cost to prepare (a megabyte of breakers or stop strings: 0.4 s
+    // and more) is spent by parse_completion, on the connection's thread
+    const text::Vocab vocab = text::Vocab::load(*gguf::File::open(test::shared_path("models/stories260K.gguf")));
+    const text::ChatTemplate chatml(text::ChatTemplate::builtin_source("chatml"), "<s>", "</s>", "chatml");
+    const serve::CompletionRequest r = serve::parse_completion(
+        R"({"prompt": "Once", "dry_multiplier": 0.8, "dry_sequence_breakers": ["e", "."], "stop": ["the end", "zz"]})", false, vocab,
+        chatml);
+    text::SamplerParams want = r.req.sampling;
+    want.dry_breakers.clear();
+    EXPECT_EQ(r.req.sampling.dry_breakers, text::with_dry_breakers(want, vocab).dry_breakers);
+    EXPECT_FALSE(r.req.sampling.dry_breakers.empty());
+    ASSERT_NE(r.req.limits.stop_set, nullptr);
+    text::StringSet::State s = text::StringSet::kStart;
+    for (char c : std::string("so the end")) s = r.req.limits.stop_set->next(s, (unsigned char)c);
+    int ended = -1;
+    r.req.limits.stop_set->for_each_ended(s, [&](int32_t index, size_t) { ended = index; });
+    EXPECT_EQ(ended, 0);
+    // without stop strings there is nothing to prepare
+    EXPECT_EQ(serve::parse_completion(R"({"prompt": "Once"})", false, vocab, chatml).req.limits.stop_set, nullptr);
 }

@@ -231,7 +231,7 @@ void Scheduler::start(Slot &s, Pending p) {
     s.reused = (int64_t)common;
     s.req = std::move(p.req);
     s.out = std::move(p.out);
-    s.sampler = std::make_unique<text::Sampler>(text::with_dry_breakers(s.req.sampling, vocab_));
+    s.sampler = std::make_unique<text::Sampler>(s.req.sampling);
     for (int32_t t : s.req.prompt) s.sampler->accept(t);
     // the reply may use what is left of the slot's context
     text::GenerationLimits limits = s.req.limits;

@@ -34,7 +34,7 @@ namespace toy::serve {
 
 struct Request {
     std::vector<int32_t> prompt;
-    text::SamplerParams sampling;
+    text::SamplerParams sampling;   // with DRY's breaker tokens found (text::with_dry_breakers), as parse_completion does
     text::GenerationLimits limits;
     int n_logprobs = -1;          // >= 0: each generated token's log-probability and this many top alternatives
 };

@@ -14,7 +14,7 @@ Generation::Generation(const Vocab *vocab, Sampler &sampler, GenerationLimits li
     : vocab_(vocab), sampler_(sampler), limits_(std::move(limits)) {
     if (vocab_) detok_ = std::make_unique<Detokenizer>(*vocab_, special);
     std::erase(limits_.stop, std::string());
-    if (!limits_.stop.empty()) stops_ = std::make_unique<StringSet>(limits_.stop);
+    if (!limits_.stop.empty()) stops_ = limits_.stop_set ? limits_.stop_set : std::make_shared<const StringSet>(limits_.stop);
     if (limits_.grammar) {
         if (!vocab_) fail("a grammar needs the model's vocabulary");
         grammar_ = std::make_unique<GrammarState>(limits_.grammar);

@@ -30,6 +30,9 @@ struct GenerationLimits {
     // The output must be a sentence of this grammar (needs a vocabulary):
     // only tokens it allows are sampled, and generation ends when nothing more may follow.
     std::shared_ptr<const Grammar> grammar = nullptr;
+    // `stop` prepared for the search (made from it when null): the server's
+    // request parser builds it on the connection's thread, not the engine's
+    std::shared_ptr<const StringSet> stop_set = nullptr;
 };
 
 // A generated token's log-probability under the model (log-softmax of its
@@ -80,7 +83,7 @@ private:
     GenerationLimits limits_;
     std::unique_ptr<Detokenizer> detok_;
     std::string pending_;
-    std::unique_ptr<StringSet> stops_;        // limits_.stop, searched for in the text as it comes
+    std::shared_ptr<const StringSet> stops_;  // limits_.stop, searched for in the text as it comes
     StringSet::State stop_state_ = StringSet::kStart;
     std::vector<int32_t> tokens_;
     StopReason reason_ = StopReason::None;
