@@ -3,10 +3,10 @@
 // with OpenAI-style errors while a good request alongside them is served.
 #include "json_schema_check.h"
 #include "serve/api.h"
-#include "serve/request.h"
-#include "text/chat_template.h"
 #include "serve/connection_pool.h"
+#include "serve/request.h"
 #include "test_util.h"
+#include "text/chat_template.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
