@@ -269,6 +269,13 @@ TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
               "ran more than 2000000 steps"},
              {"{% set big = range(300000) | list %}{% for i in range(300) %}{% if big == big %}{% endif %}{% endfor %}",
               "ran more than 2000000 steps"},
+             // so is a test that compares or searches (comparing two lists of
+             // 950 thousand items 5000 times took 3.5 s within the bound)
+             {"{% set a = range(300000) | list %}{% set b = range(300000) | list %}{% for i in range(300) %}"
+              "{% if a is eq(b) %}{% endif %}{% endfor %}",
+              "ran more than 2000000 steps"},
+             {"{% set a = range(300000) | list %}{% for i in range(300) %}{% if a is ne([]) %}{% endif %}{% endfor %}",
+              "ran more than 2000000 steps"},
              {"{{ 'a\nb' | indent(3000000000) | length }}", "writes more than 67108864 bytes of text"},
              {"{{ [1, [2]] | tojson(indent=1000000000) | length }}", "writes more than 67108864 bytes of text"},
          }) {
@@ -415,6 +422,51 @@ TEST(ChatTemplate, RealTemplatesStayFarBelowTheStepBound) {
     std::printf("most steps: %lld (%s) of %lld\n", (long long)most, which.c_str(), (long long)toy::jinja_guard::kMaxSteps);
     EXPECT_GT(most, 0);
     EXPECT_LT(most * 20, toy::jinja_guard::kMaxSteps) << which;
+}
+
+// A builtin whose work does not grow with the value it is called on is not
+// charged for that value's size: the bundle's Qwen3 template reads
+// `messages|length` for every message, and charged for the list's size each
+// time, a conversation of n messages cost n^2 steps (1500 messages ran past
+// the bound). A list's length, first and last item, a dict's get, append
+// and default are such builtins; a string's length is not (it adds up the
+// pieces the string was joined from).
+TEST(ChatTemplate, BuiltinsAreNotChargedForAListTheyOnlyLookAt) {
+    const std::string source =
+        "{%- set ns = namespace(l=[]) -%}"
+        "{%- for m in messages -%}"
+        "{%- if loop.index0 < messages|length - 1 and (messages|first).role and (messages|last).role -%}"
+        "{%- set x = ns.l.append(m) -%}{%- endif -%}"
+        "{{- m.get('content', '') | default('') -}}"
+        "{%- endfor -%}";
+    auto steps = [&](int n) {
+        std::vector<Message> msgs;
+        for (int i = 0; i < n; ++i) msgs.push_back({i % 2 ? "assistant" : "user", "m" + std::to_string(i)});
+        return ChatTemplate(source, "", "", "linear").render(msgs, false).steps;
+    };
+    const int64_t small = steps(1000), large = steps(20000);
+    EXPECT_LT(large, 21 * small) << small << " -> " << large;  // linear (n^2 would be 400x)
+    // the bundle's templates that read messages|length for each message render 4001 messages (they stopped near 1500)
+    std::vector<Message> long_chat = {{"system", "You are a helpful assistant."}};
+    for (int i = 0; i < 2000; ++i) {
+        long_chat.push_back({"user", "Question " + std::to_string(i)});
+        long_chat.push_back({"assistant", "Answer " + std::to_string(i)});
+    }
+    long_chat.push_back({"user", "And now?"});
+    for (const char *name : {"Qwen-Qwen3-0.6B", "Qwen3.5-4B", "StepFun3.5-Flash", "inclusionai-ling-3.0-flash", "openbmb-MiniCPM5-1B"}) {
+        SCOPED_TRACE(name);
+        const Rendered r = ChatTemplate(bundle_template(name), "<s>", "</s>", name).render(long_chat, true);
+        EXPECT_NE(r.text.find("Answer 1999"), std::string::npos);
+        EXPECT_LT(r.steps * 4, toy::jinja_guard::kMaxSteps) << r.steps;
+    }
+    // a string's length still costs its size: a 1 MB string of a million pieces (doubled 20 times), measured 10000 times
+    const std::string e = toy::test::error_of([] {
+        ChatTemplate("{% set ns = namespace(s='a') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+                     "{% for i in range(10000) %}{% set x = ns.s | length %}{% endfor %}",
+                     "", "", "pieces")
+            .apply({{"user", "hi"}}, true);
+    });
+    EXPECT_NE(e.find("ran more than 2000000 steps"), std::string::npos) << e;
 }
 
 // ---- built-in fallbacks ----

@@ -29,7 +29,7 @@ namespace toy::jinja_guard {
 inline constexpr int kMaxDepth = 500;
 // Statements and expressions one rendering may execute (each item a loop
 // goes over, each item or piece a step builds, is one more): the bundle's
-// templates take at most 55 thousand for a conversation of 101 messages
+// templates take at most 56 thousand for a conversation of 101 messages
 // (ChatTemplate.RealTemplatesStayFarBelowTheStepBound); the bound allows some
 // 35 times that work, and stops a runaway loop within seconds.
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
@@ -75,6 +75,32 @@ inline void spend(long double n) {
         throw std::runtime_error("the template ran more than " + std::to_string(kMaxSteps) +
                                  " steps (a loop without end?)");
     }
+}
+
+// Builtins whose work does not grow with the value they are called on cost
+// their call's step, not the size of that value (their other arguments are
+// charged as usual): a list's or dict's length, its first or last item, a
+// dict's value by key, appending to a list, default().
+// Charged by size, `messages|length` in a loop over the messages (the
+// bundle's Qwen3, Qwen3.5, StepFun, Ling and MiniCPM5 templates read it for
+// every message) made a conversation of n messages cost n^2 steps: 1500
+// messages ran past the bound. A string's length is not among them: it adds up the pieces the
+// string was joined from.
+inline bool costs_one_step(const std::string &name, bool of_list_or_dict) {
+    if (name == "default" || name == "get" || name == "append") return true;
+    return of_list_or_dict && (name == "length" || name == "first" || name == "last");
+}
+
+// A test (`x is ...`) costs its step, like the type tests, unless its work
+// grows with its operands: comparing them (a list of 950 thousand items
+// compared with another 5000 times was 3.5 s within one step each), searching
+// one in the other, or reading a string's case. Those cost what a builtin
+// costs for its arguments.
+inline bool test_walks_values(const std::string &test) {
+    for (const char *t : {"eq", "equalto", "ne", "lt", "lessthan", "gt", "greaterthan", "ge", "in", "lower", "upper"}) {
+        if (test == t) return true;
+    }
+    return false;
 }
 
 inline void check_items(long double n) {
