@@ -231,10 +231,11 @@ TEST(ChatTemplate, RunawayTemplatesStopAtTheirBound) {
              // a list grown by concatenation copies it whole each time: its items are steps
              {"{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l | length }}",
               "ran more than 2000000 steps"},
-             {"{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
+             // (s in one piece: 'x' * 1000000 is a million pieces, each walk of it 62500 steps)
+             {"{% set s = ('x' * 1000) | replace('x', 'x' * 1000) %}{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
               "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l | join }}",
               "a string of more than 67108864 bytes"},
-             {"{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(30) %}"
+             {"{% set s = ('x' * 1000) | replace('x', 'x' * 1000) %}{% set ns = namespace(l=[]) %}{% for i in range(30) %}"
               "{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l | join | replace('x', 'yy') }}",
               "a string of more than 67108864 bytes"},
              {"{% set s = ['a,' * 600000, 'a,' * 600000] | join %}{{ s.split(',') | length }}",
@@ -467,6 +468,26 @@ TEST(ChatTemplate, BuiltinsAreNotChargedForAListTheyOnlyLookAt) {
             .apply({{"user", "hi"}}, true);
     });
     EXPECT_NE(e.find("ran more than 2000000 steps"), std::string::npos) << e;
+}
+
+// A string is kept as the pieces it was joined from. Reading it whole
+// (indexing, truthiness, comparing, printing) walks them all, and was charged
+// for its bytes only: indexing a string of 512 thousand one-byte pieces took
+// 70 ms a step, a loop over it hours within the bound. Each walk now costs a
+// step per 16 pieces. trim() erased blank pieces at the front one at a time
+// (131 thousand of them took minutes); now one erase.
+TEST(ChatTemplate, AStringOfManyPiecesCostsAStepPer16Pieces) {
+    const std::string pieces = "{% set ns = namespace(s=' ') %}{% for i in range(17) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}";
+    const Rendered r = ChatTemplate(pieces + "[{{ ns.s | trim }}]", "", "", "trim").render({{"user", "hi"}}, true);
+    EXPECT_EQ(r.text, "[]");
+    // (each case walks 32 M pieces before the bound: seconds)
+    for (const char *walk : {"{% set x = ns.s[0] %}", "{% if ns.s %}{% endif %}"}) {
+        SCOPED_TRACE(walk);
+        const std::string e = toy::test::error_of([&] {
+            ChatTemplate(pieces + "{% for i in range(300000) %}" + walk + "{% endfor %}", "", "", "walk").apply({{"user", "hi"}}, true);
+        });
+        EXPECT_NE(e.find("ran more than 2000000 steps"), std::string::npos) << e;
+    }
 }
 
 // ---- built-in fallbacks ----
