@@ -95,8 +95,8 @@ inline void walk_pieces(size_t pieces) {
 // Charged by size, `messages|length` in a loop over the messages (the
 // bundle's Qwen3, Qwen3.5, StepFun, Ling and MiniCPM5 templates read it for
 // every message) made a conversation of n messages cost n^2 steps: 1500
-// messages ran past the bound. A string's length is not among them: it adds up the pieces the
-// string was joined from.
+// messages ran past the bound. A string's length is not among them: the
+// builtin copies the string.
 inline bool costs_one_step(const std::string &name, bool of_list_or_dict) {
     if (name == "default" || name == "get" || name == "append") return true;
     return of_list_or_dict && (name == "length" || name == "first" || name == "last");
