@@ -159,8 +159,13 @@ TEST(Perplexity, BaseFileOfTheSmallestWindowReadsBack) {
 // statistics on the same pair (its base file, written by toy, is byte for
 // byte llama-perplexity's: scripts/make-perplexity-reference.sh checks).
 // - With ggml's own Q8_0 kernels (no repacking) toy computes llama.cpp's
-//   logits up to float summation order (~1e-6): every statistic agrees to
-//   0.5 % (KL), 0.1 % (PPL) and 0.2 points (top-token agreement, 3 tokens).
+//   logits up to float summation order (~1e-6). On the Zen 3 that made the
+//   reference every statistic agreed to 0.5 % (KL), 0.1 % (PPL) and 0.2
+//   points (top-token agreement, 3 tokens); but which of ggml's Q8_0 paths
+//   runs, and so the float order, depends on the CPU and on llama.cpp's
+//   repacking: on an AVX-512 Xeon llama-perplexity itself gave KL 7.28e-4
+//   (7.23e-4 on Zen 3) and toy with ggml's kernels 7.45e-4, PPL 1.1e-3
+//   apart, for the reason below. So both are held to the same bounds.
 // - With toy's default packed Q8_0 kernel the integer block sums are exact
 //   and only the float sums run in another order (the median token's
 //   log-probability moves by 8e-7). But every matmul input is quantized to
@@ -173,8 +178,9 @@ TEST(Perplexity, BaseFileOfTheSmallestWindowReadsBack) {
 //   1.1e-5 (mean KL, 1.5 % of it) and 0.2 points (agreement). ggml's own
 //   one-token batches (-ub 1) move them the same way (1.1e-4, 0.6 %, 0.2
 //   points). The bounds are four of those standard errors, the same on every
-//   kernel set: 2e-3, 6 %, 0.8 points; PPL within 0.1 % as before. A wrong
-//   scale or layout moves KL by orders of magnitude.
+//   kernel set and CPU: 2e-3, 6 %, 0.8 points, and PPL within what that
+//   ln(PPL / PPL base) allows (0.2 %). A wrong scale or layout moves KL by
+//   orders of magnitude.
 TEST(Perplexity, KlDivergenceOfQ8CopyMatchesLlamaPerplexity) {
     TempDir dir;
     const std::string q8 = dir.file("q8_0.gguf");
@@ -183,19 +189,20 @@ TEST(Perplexity, KlDivergenceOfQ8CopyMatchesLlamaPerplexity) {
     const std::string base = write_base(stories_model(), dir.file("base.kld"));
     const nlohmann::json &ref = reference()["kl_q8_0"];
     const double kld = ref["kld"][0].get<double>();
-    auto check = [&](const eval::KlStats &k, double kld_tol, double top_tol, double ln_ratio_tol) {
+    auto check = [&](const eval::KlStats &k) {
+        const double ln_ratio_tol = 2e-3;
         EXPECT_GT(k.kld.value, 0.0);
-        EXPECT_LT(std::abs(k.kld.value - kld), kld_tol * kld) << k.kld.value << " vs " << kld;
-        EXPECT_NEAR(100 * k.same_top.value, ref["same_top_percent"][0].get<double>(), top_tol);
-        EXPECT_LT(rel(k.ppl.value, ref["ppl"][0].get<double>()), 1e-3);
+        EXPECT_LT(std::abs(k.kld.value - kld), 0.06 * kld) << k.kld.value << " vs " << kld;
+        EXPECT_NEAR(100 * k.same_top.value, ref["same_top_percent"][0].get<double>(), 0.8);
         EXPECT_LT(rel(k.ppl_base.value, ref["ppl_base"][0].get<double>()), 1e-4);
+        EXPECT_LT(rel(k.ppl.value, ref["ppl"][0].get<double>()), ln_ratio_tol);
         EXPECT_NEAR(k.ln_ppl_ratio.value, ref["ln_ppl_ratio"][0].get<double>(), ln_ratio_tol);
         EXPECT_NEAR(100 * k.p_diff_rms.value, ref["p_diff_rms_percent"][0].get<double>(), 0.05);
     };
     LoadOptions ggml_kernels;
     ggml_kernels.repack = false;
-    check(kl_of(q8, base, ggml_kernels), 0.005, 0.2, 2e-4);
-    check(kl_of(q8, base), 0.06, 0.8, 2e-3);
+    check(kl_of(q8, base, ggml_kernels));
+    check(kl_of(q8, base));
     // the CLI prints the statistics
     const auto r = run_toy(fmt::format("perplexity -m {} --kl-divergence-base {} --kl-divergence -t 2", shell_quote(q8),
                                        shell_quote(base)));
