@@ -4,7 +4,8 @@
 //
 //   toy_tile_bench TYPE N_IN N_OUT [COLUMNS] [MIB]
 //     TYPE     q8_0, q4_k, q6_k or f16 (a matrix [N_IN, N_OUT] of random values)
-//     COLUMNS  input columns per product, 1-8 (1: decoding)      [1]
+//     COLUMNS  input columns per product, 1-8 (1: decoding), or a
+//              multiple of 16 on the amx set (its AMX tiles)        [1]
 //     MIB      distinct copies of the matrix cycled through, at least this
 //              many MiB in all, so the weights stream from memory; 0: one
 //              copy, hot in cache after the first pass               [64]
@@ -74,6 +75,7 @@ const KernelSet *kernel_set() {
     if (name == "avx2") return avx2_kernels();
 #if defined(__x86_64__)
     if (name == "avx512") return avx512_kernels(__builtin_cpu_supports("avx512bf16"));
+    if (name == "amx") return amx_kernels(__builtin_cpu_supports("avx512bf16"));
 #endif
     return nullptr;
 }
@@ -141,7 +143,16 @@ int main(int argc, char **argv) {
     }
     const KernelSet *k = kernel_set();
     if (!k) usage("this CPU runs no packed kernel set");
-    if (columns < 1 || columns > k->max_cols) usage(("COLUMNS: expected 1 to " + std::to_string(k->max_cols)).c_str());
+    // the set's wide tiles (AMX) for their column count
+    const WideTileFn wide = !k->wide || columns % k->wide->cols ? nullptr
+                            : type == GGML_TYPE_Q8_0             ? k->wide->q8_0
+                            : type == GGML_TYPE_Q4_K             ? k->wide->q4_k
+                            : type == GGML_TYPE_Q6_K             ? k->wide->q6_k
+                                                                 : nullptr;
+    if (!wide && (columns < 1 || columns > k->max_cols)) {
+        usage(("COLUMNS: expected 1 to " + std::to_string(k->max_cols) +
+               (k->wide ? " (Q8_0, Q4_K, Q6_K: or a multiple of " + std::to_string(k->wide->cols) + ")" : "")).c_str());
+    }
 
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -171,15 +182,23 @@ int main(int argc, char **argv) {
     const TileFn *tiles = type == GGML_TYPE_Q8_0 ? k->q8_0 : type == GGML_TYPE_Q4_K ? k->q4_k : type == GGML_TYPE_Q6_K ? k->q6_k : k->f16;
     const int64_t depth = n_in / unit;
     const size_t group = one / (n_out / kRows);
+    TileState saved;
+    if (wide) k->wide->enter(&saved);
     const double s = best_seconds([&] {
         for (size_t c = 0; c < copies; ++c) {
+            if (wide) {
+                wide(w.get() + c * one, group, n_out / kRows, depth, x.data(), x_stride, columns, y.data(), n_out);
+                continue;
+            }
             for (int64_t g = 0; g < n_out / kRows; ++g) {
                 tiles[columns](w.get() + c * one + g * group, depth, x.data(), x_stride, y.data() + g * kRows, n_out);
             }
         }
     });
-    std::printf("%s set, %s [%lld, %lld] x %d column%s, %zu cop%s (%.1f MiB): %.1f us per pass, %.2f GB/s of weights\n", k->name,
-                type_name.c_str(), (long long)n_in, (long long)n_out, columns, columns == 1 ? "" : "s", copies,
-                copies == 1 ? "y" : "ies", one * copies / 1048576.0, s * 1e6, one * copies / s / 1e9);
+    if (wide) k->wide->leave(&saved);
+    std::printf("%s set%s, %s [%lld, %lld] x %d column%s, %zu cop%s (%.1f MiB): %.1f us per pass, %.2f GB/s of weights, "
+                "%.1f GMAC/s\n", k->name, wide ? " (wide tiles)" : "", type_name.c_str(), (long long)n_in, (long long)n_out,
+                columns, columns == 1 ? "" : "s", copies, copies == 1 ? "y" : "ies", one * copies / 1048576.0, s * 1e6,
+                one * copies / s / 1e9, (double)n_in * n_out * columns * copies / s / 1e9);
     return 0;
 }

@@ -112,7 +112,7 @@ TEST(Cli, UnknownEnvironmentValuesAreNamedWarnings) {
     for (const auto &[env, warning] : std::vector<std::pair<std::string, std::string>>{
              {"TOY_GGML_LOG=loud", "toy: warning: TOY_GGML_LOG=loud: expected info, debug or warn; using warn"},
              {"TOY_FLASH_ATTN_KERNEL=fast", "toy: warning: TOY_FLASH_ATTN_KERNEL=fast: expected ggml"},
-             {"TOY_PACKED_KERNELS=sse9", "toy: warning: TOY_PACKED_KERNELS=sse9: expected avx512, avx2 or off"},
+             {"TOY_PACKED_KERNELS=sse9", "toy: warning: TOY_PACKED_KERNELS=sse9: expected amx, avx512, avx2 or off"},
          }) {
         SCOPED_TRACE(env);
         const auto r = toy::test::run_command(env + " " + run);

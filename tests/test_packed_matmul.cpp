@@ -39,7 +39,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
     // (both sets pack F16; the AVX2 set runs packed BF16 but does not pack
     // it at load; the AVX-512 set packs BF16 where the CPU has AVX512_BF16)
     const bool packs = graph::packed_matmul_supports(type, shape, 2);
-    if (type == GGML_TYPE_BF16 && set == "avx512" && !packs) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+    if (type == GGML_TYPE_BF16 && set != "avx2" && !packs) GTEST_SKIP() << "this CPU has no AVX512_BF16";
     ASSERT_TRUE(packs || (type == GGML_TYPE_BF16 && set == "avx2"));
     if (type == GGML_TYPE_BF16 && set == "avx2") {
         // its tiles run what the AVX-512 set packed: only where that packs BF16
@@ -65,7 +65,12 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                                            {768, 48, 8, false},
                                            {512, 16, 11, false},
                                            {256, 32, 130, true},
-                                           {34, 16, 3, false}}) {  // F16, BF16: an odd number of input pairs
+                                           {34, 16, 3, false},  // F16, BF16: an odd number of input pairs
+                                           // the amx set's wide tiles (16 columns, 8 groups a pass):
+                                           // one block, an odd count, more groups than a pass
+                                           {32, 160, 16, false},
+                                           {96, 160, 33, true},
+                                           {1024, 144, 48, false}}) {
         const int64_t block = type == GGML_TYPE_BF16 ? 2 : ggml_blck_size(type);  // BF16 packs pairs of inputs
         if (k.n_in % block != 0) continue;
         SCOPED_TRACE(fmt::format("n_in {} n_out {} columns {}{}", k.n_in, k.n_out, k.cols, k.strided ? " strided" : ""));
@@ -194,7 +199,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
                          ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_BF16),
-                                            ::testing::Values(std::string("avx512"), std::string("avx2"))),
+                                            ::testing::Values(std::string("amx"), std::string("avx512"), std::string("avx2"))),
                          [](const auto &info) {
                              return std::string(ggml_type_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
                          });
@@ -281,4 +286,50 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_FALSE(graph::use_packed_kernels("avx1024"));
     EXPECT_FALSE(graph::use_packed_kernels("off"));
     EXPECT_EQ(graph::packed_kernels_name(), in_use);
+}
+
+// The amx set's wide tiles (Q8_0, Q4_K, Q6_K) take the same float steps as
+// the AVX-512 tiles after the same exact integer sums, so a prompt's products
+// are the AVX-512 set's bit for bit (the graph's results do not depend on
+// which of the two a CPU runs).
+TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
+    {
+        KernelSetScope amx("amx");
+        if (!amx.ok()) GTEST_SKIP() << "this CPU (or kernel) gives this process no AMX tiles";
+    }
+    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}) {
+        SCOPED_TRACE(ggml_type_name(type));
+        // 3 wide passes and 2 columns for the 8-column tiles; 10 row groups
+        const int64_t n_in = 1024, n_out = 160, cols = 50;
+        std::mt19937 rng(3);
+        std::normal_distribution<float> g(0.0f, 1.0f);
+        std::vector<float> wf(n_in * n_out), xf(n_in * cols);
+        for (float &v : wf) v = g(rng);
+        for (float &v : xf) v = g(rng) * 4.0f;
+        std::vector<uint8_t> rows(ggml_row_size(type, n_in) * n_out), packed(graph::packed_size(type, n_in, n_out));
+        ggml_quantize_chunk(type, wf.data(), rows.data(), 0, n_out, n_in, nullptr);
+        graph::pack_matrix(type, rows.data(), packed.data(), n_in, n_out);
+        auto run = [&](const std::string &set) {
+            KernelSetScope scope(set);
+            EXPECT_TRUE(scope.ok()) << set;
+            EXPECT_EQ(graph::packed_wide_tiles(type), set == "amx");
+            ggml_init_params ip{size_t(n_in * cols * 8 + n_out * cols * 4) + 16 * ggml_tensor_overhead() + ggml_graph_overhead() + 65536,
+                                nullptr, false};
+            ggml_context *ctx = ggml_init(ip);
+            ggml_tensor *w = ggml_new_tensor_2d(ctx, type, n_in, n_out);
+            w->data = packed.data();
+            ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_in, cols);
+            std::memcpy(x->data, xf.data(), xf.size() * sizeof(float));
+            ggml_tensor *y = graph::packed_mul_mat(ctx, w, x);
+            ggml_cgraph *gf = ggml_new_graph(ctx);
+            ggml_build_forward_expand(gf, y);
+            ggml_graph_compute_with_ctx(ctx, gf, 2);
+            std::vector<float> out((const float *)y->data, (const float *)y->data + n_out * cols);
+            ggml_free(ctx);
+            return out;
+        };
+        const std::vector<float> amx = run("amx"), avx512 = run("avx512");
+        ASSERT_EQ(amx.size(), avx512.size());
+        EXPECT_EQ(std::memcmp(amx.data(), avx512.data(), amx.size() * sizeof(float)), 0);
+    }
 }

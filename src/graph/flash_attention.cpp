@@ -223,7 +223,8 @@ void attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
 #pragma GCC diagnostic pop
 #endif  // __x86_64__
 
-// The lanes of the kernel this process runs: 16 (AVX-512), 8 (AVX2), 0
+// The lanes of the kernel this process runs: 16 (AVX-512, with or without
+// AMX), 8 (AVX2), 0
 // (none: ggml's). It follows toy's packed kernel set (TOY_PACKED_KERNELS
 // picks it for comparisons); TOY_FLASH_ATTN_KERNEL=ggml turns it off.
 int kernel_lanes() {
@@ -236,7 +237,7 @@ int kernel_lanes() {
     }();
     if (off) return 0;
     const std::string_view set = packed_kernels_name();
-    return set == "avx512" ? 16 : set == "avx2" ? 8 : 0;
+    return set == "avx512" || set == "amx" ? 16 : set == "avx2" ? 8 : 0;
 }
 
 // Where t's bytes are: in host memory, or not allocated yet (computed in this graph).

@@ -100,6 +100,28 @@ inline void prefetch_start(const uint8_t *w, size_t bytes) { prefetch_bytes<fals
 // prepared input: `depth` units (blocks, or inputs for F16) of the group at w.
 using TileFn = void (*)(const uint8_t *w, int64_t depth, const uint8_t *x, size_t x_stride, float *y, int64_t ldy);
 
+// A thread's tile configuration, kept while wide tiles run (64 bytes).
+struct alignas(64) TileState {
+    uint8_t bytes[64];
+};
+
+// y[c * ldy + r] for `groups` consecutive groups (group_bytes apart) and
+// `cols` columns of prepared input, a multiple of the wide tiles' columns:
+// `depth` units of each group.
+using WideTileFn = void (*)(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t depth, const uint8_t *x,
+                            size_t x_stride, int64_t cols, float *y, int64_t ldy);
+
+// Tiles over many columns at once (AMX, for prompts): `cols` columns at a
+// time, called between enter() and leave() on the same thread, which save
+// the thread's tile configuration and put it back (ggml's AMX kernels
+// configure a thread once and expect it to stay).
+struct WideTiles {
+    int cols;
+    WideTileFn q8_0, q4_k, q6_k;
+    void (*enter)(TileState *saved);
+    void (*leave)(const TileState *saved);
+};
+
 struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
@@ -110,6 +132,9 @@ struct KernelSet {
     bool pack_f16, pack_bf16;
     // one column of x prepared for an input form (Q8_0, Q8_K, F16 or BF16), as ggml prepares it
     void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);
+    // AMX tiles for prompts through Q8_0, Q4_K and Q6_K (the "amx" set:
+// AVX-512's plus these), or null
+    const WideTiles *wide = nullptr;
 };
 
 // A set's tiles for 1..8 columns (index 0 unused), from a tile template.
@@ -131,6 +156,10 @@ struct KernelSet {
 // with_bf16: the AVX-512 set that also runs and packs BF16 (VDPBF16PS, for
 // CPUs with AVX512_BF16); otherwise BF16 is left to ggml.
 const KernelSet *avx512_kernels(bool with_bf16);
+// The AVX-512 set with AMX tiles for prompts, where the CPU has
+// AMX-INT8 and Linux grants this process its tiles; null elsewhere.
+const KernelSet *amx_kernels(bool with_bf16);
+const WideTiles *amx_tiles();
 const KernelSet *avx2_kernels();
 
 }  // namespace toy::graph::packed

@@ -2,6 +2,7 @@
 // a group's 16 rows in one 512-bit register, VPDPBUSD for the integer types,
 // up to 8 columns per weight load. Compiled for those instructions whatever
 // the build's target (the functions below only run where the CPU has them).
+#include "graph/packed_avx512_inline.h"
 #include "graph/packed_kernels.h"
 
 #include <cstring>
@@ -80,10 +81,6 @@ void quantize_column_q8_k(const float *x, int64_t n_in, uint8_t *out) {
     }
 }
 
-// The 4 bytes at p in every 32-bit lane, loaded straight into the register
-// (a broadcast through a general register costs two more instructions).
-inline __m512i bcast4(const uint8_t *p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
-
 // sum_k VPDPBUSD(w[k], the 4 bytes at x + 4k broadcast) for k < N, in two
 // chains when few columns share the weights (one column alone is bound by the
 // latency).
@@ -151,16 +148,6 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, _mm512_add_ps(acc[c][0], acc[c][1]));
 }
 
-// The 8 vectors of unit j's 4-bit quants: low nibbles inputs 4k.., high 16 + 4k..
-inline void load_nibbles(const uint8_t *p, __m512i *v) {
-    const __m512i lo = _mm512_set1_epi8(0x0F);
-    for (int k = 0; k < 4; ++k) {
-        const __m512i n = _mm512_loadu_si512(p + 64 * k);
-        v[k] = _mm512_and_si512(n, lo);
-        v[k + 4] = _mm512_and_si512(_mm512_srli_epi16(n, 4), lo);
-    }
-}
-
 template <int C>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     // At most 4 columns per pass: 8 kept the weights' 8 vectors, 8 integer
@@ -207,16 +194,6 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
-template <int T>
-inline __m512i high_bits(__m512i h) {
-    const __m512i m = _mm512_set1_epi8(0x30);
-    if constexpr (T == 0) return _mm512_and_si512(_mm512_slli_epi16(h, 4), m);
-    if constexpr (T == 1) return _mm512_and_si512(_mm512_slli_epi16(h, 2), m);
-    if constexpr (T == 2) return _mm512_and_si512(h, m);
-    return _mm512_and_si512(_mm512_srli_epi16(h, 2), m);
-}
-
 template <int C>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     __m512 acc[C];
@@ -229,16 +206,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         for (int j = 0; j < 8; ++j) {
             prefetch_part<C>(w, kQ6Block, j, 8);
             __m512i v[8];
-            load_nibbles(w + kQ6Ql + 256 * j, v);
-            const __m512i h0 = _mm512_loadu_si512(w + kQ6Qh + 128 * j), h1 = _mm512_loadu_si512(w + kQ6Qh + 128 * j + 64);
-            v[0] = _mm512_or_si512(v[0], high_bits<0>(h0));
-            v[1] = _mm512_or_si512(v[1], high_bits<1>(h0));
-            v[2] = _mm512_or_si512(v[2], high_bits<2>(h0));
-            v[3] = _mm512_or_si512(v[3], high_bits<3>(h0));
-            v[4] = _mm512_or_si512(v[4], high_bits<0>(h1));
-            v[5] = _mm512_or_si512(v[5], high_bits<1>(h1));
-            v[6] = _mm512_or_si512(v[6], high_bits<2>(h1));
-            v[7] = _mm512_or_si512(v[7], high_bits<3>(h1));
+            load_q6_k_unit(w, j, v);
             // the scales of the unit's two sub-blocks of 16, sign-extended per row
             const __m512i pr = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
             const __m512i sa = _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16), sb = _mm512_srai_epi32(pr, 16);
@@ -338,6 +306,14 @@ const KernelSet *avx512_kernels(bool with_bf16) {
     return with_bf16 ? &bf16 : &plain;
 }
 
+const KernelSet *amx_kernels(bool with_bf16) {
+    const WideTiles *wide = amx_tiles();
+    if (!wide) return nullptr;
+    static const KernelSet plain{"amx", 8, 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, nullptr, true, false, prepare, wide},
+        bf16{"amx", 8, 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, true, true, prepare, wide};
+    return with_bf16 ? &bf16 : &plain;
+}
+
 }  // namespace toy::graph::packed
 
 TOY_TARGET_END
@@ -346,6 +322,7 @@ TOY_TARGET_END
 
 namespace toy::graph::packed {
 const KernelSet *avx512_kernels(bool) { return nullptr; }
+const KernelSet *amx_kernels(bool) { return nullptr; }
 }  // namespace toy::graph::packed
 
 #endif

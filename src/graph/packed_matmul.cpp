@@ -202,7 +202,9 @@ const KernelSet *cpu_best() {
     const bool base = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     if (base && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni")) {
-        return avx512_kernels(__builtin_cpu_supports("avx512bf16"));
+        const bool bf16 = __builtin_cpu_supports("avx512bf16");
+        const KernelSet *amx = amx_kernels(bf16);
+        return amx ? amx : avx512_kernels(bf16);
     }
     if (base) return avx2_kernels();
 #endif
@@ -213,8 +215,11 @@ const KernelSet *runnable(std::string_view name) {
     const KernelSet *best = cpu_best();
     if (!best || name == "off") return nullptr;
     if (name == best->name) return best;
-    // an AVX-512 CPU also runs the AVX2 set
-    if (name == "avx2" && std::string_view(best->name) == "avx512") return avx2_kernels();
+    // an AMX CPU also runs the AVX-512 set without its AMX tiles, and an
+    // AVX-512 CPU the AVX2 set
+    const std::string_view best_name = best->name;
+    if (name == "avx512" && best_name == "amx") return avx512_kernels(best->pack_bf16);
+    if (name == "avx2" && best_name != "avx2") return avx2_kernels();
     return nullptr;
 }
 
@@ -228,7 +233,7 @@ std::atomic<const KernelSet *> &current() {
         const KernelSet *k = runnable(want);
         if (!k && std::string_view(want) != "off") {
             const KernelSet *best = cpu_best();
-            std::fprintf(stderr, "toy: warning: TOY_PACKED_KERNELS=%s: expected avx512, avx2 or off, one this CPU runs; using %s\n",
+            std::fprintf(stderr, "toy: warning: TOY_PACKED_KERNELS=%s: expected amx, avx512, avx2 or off, one this CPU runs; using %s\n",
                          want, best ? best->name : "ggml's kernels");
             return best;
         }
@@ -246,6 +251,16 @@ const TileFn *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_Q4_K: return k.q4_k;
     case GGML_TYPE_BF16: return k.bf16;
     default: return k.q6_k;
+    }
+}
+
+// A set's wide tiles for matrices of `type`, or null.
+WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: return wide.q8_0;
+    case GGML_TYPE_Q4_K: return wide.q4_k;
+    case GGML_TYPE_Q6_K: return wide.q6_k;
+    default: return nullptr;
     }
 }
 
@@ -279,6 +294,8 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     const int64_t depth = w->ne[0] / f.unit;  // a tile's units: blocks, or inputs for F16
     const size_t group_bytes = depth * f.group_unit_bytes;
     const TileFn *tiles = tiles_for(k, w->type);
+    // AMX tiles (16 columns at a time) for the columns of a prompt
+    const WideTileFn wide = k.wide && n_cols >= k.wide->cols ? wide_tiles_for(*k.wide, w->type) : nullptr;
     const auto *wbase = static_cast<const uint8_t *>(w->data);
     auto *y = static_cast<float *>(dst->data);
     // The row groups shared out as the threads run (share_work: a thread the
@@ -289,16 +306,29 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     // its f16_cols) per weight load.
     constexpr int64_t kPanel = 64;
     const int64_t per_load = w->type == GGML_TYPE_F16 ? k.f16_cols : k.max_cols;
+    // With wide tiles, a panel's columns that fill them go through them
+    // for kWideGroups groups at a time (whose weights stay in L2 meanwhile),
+    // the rest through the set's tiles.
+    constexpr int64_t kWideGroups = 8;
     share_work(dst, n_out / kRows, ith, nth, [&](int64_t g0, int64_t g1) {
+        TileState saved;
+        if (wide) k.wide->enter(&saved);
         for (int64_t p0 = 0; p0 < n_cols; p0 += kPanel) {
             const int64_t p1 = std::min(n_cols, p0 + kPanel);
+            const int64_t p_wide = wide ? p0 + (p1 - p0) / k.wide->cols * k.wide->cols : p0;
+            for (int64_t s0 = g0; s0 < g1 && p_wide > p0; s0 += kWideGroups) {
+                const int64_t s1 = std::min(g1, s0 + kWideGroups);
+                wide(wbase + s0 * group_bytes, group_bytes, s1 - s0, depth, xbase + p0 * x_stride, x_stride, p_wide - p0,
+                     y + p0 * n_out + s0 * kRows, n_out);
+            }
             for (int64_t g = g0; g < g1; ++g) {
-                for (int64_t c = p0; c < p1; c += per_load) {
+                for (int64_t c = p_wide; c < p1; c += per_load) {
                     const int n = (int)std::min<int64_t>(per_load, p1 - c);
                     tiles[n](wbase + g * group_bytes, depth, xbase + c * x_stride, x_stride, y + c * n_out + g * kRows, n_out);
                 }
             }
         }
+        if (wide) k.wide->leave(&saved);
     }, [&](int64_t g) { prefetch_start(wbase + g * group_bytes, std::min<size_t>(group_bytes, kPrefetchAhead)); });
 }
 
@@ -328,6 +358,11 @@ bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims) {
 const char *packed_kernels_name() {
     const KernelSet *k = kernels();
     return k ? k->name : "none";
+}
+
+bool packed_wide_tiles(ggml_type type) {
+    const KernelSet *k = kernels();
+    return k && k->wide && wide_tiles_for(*k->wide, type);
 }
 
 bool use_packed_kernels(std::string_view name) {

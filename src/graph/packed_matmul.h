@@ -1,6 +1,7 @@
 // toy's own matrix-multiply kernels for Q8_0, F16, Q4_K, Q6_K and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
-// packed_kernels_avx2.cpp, chosen at run time), where ggml has no repacked
+// packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0
+// prompts where the CPU has AMX, packed_kernels_amx.cpp), where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
 //
@@ -51,11 +52,16 @@ namespace toy::graph {
 // elsewhere, where ggml's own kernels run.
 bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 
-// The kernel set in use: "avx512", "avx2" or "none". The best the CPU runs,
-// unless the environment variable TOY_PACKED_KERNELS names another when the
-// process first asks (avx2 on an AVX-512 CPU, or off: no packing at all).
+// The kernel set in use: "amx", "avx512", "avx2" or "none". The best the CPU
+// runs (amx: AVX-512's with AMX tiles for Q8_0 prompts), unless the
+// environment variable TOY_PACKED_KERNELS names another when the process
+// first asks (avx512 on an AMX CPU, avx2 on an AVX-512 one, or off: no
+// packing at all).
 const char *packed_kernels_name();
-// Switches to the named set ("avx512" or "avx2") if the CPU runs it and a
+// Whether the set in use has wide tiles (AMX) for prompts through matrices
+// of `type` (Q8_0, Q4_K and Q6_K on the amx set).
+bool packed_wide_tiles(ggml_type type);
+// Switches to the named set ("amx", "avx512" or "avx2") if the CPU runs it and a
 // set is in use (the layouts are the same, so packed matrices stay valid);
 // false otherwise. For tests and comparisons.
 bool use_packed_kernels(std::string_view name);

@@ -333,7 +333,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // 727-779 t/s: BENCHMARKS.md).
     auto toy_kernel_first = [&](ggml_backend_buffer_type_t b, const Entry &e) {
         const char *name = ggml_backend_buft_name(b);
-        const bool amx_slower = e.type == GGML_TYPE_F16 || e.type == GGML_TYPE_Q4_K || e.type == GGML_TYPE_Q6_K;
+        const bool amx_slower = e.type == GGML_TYPE_F16 || e.type == GGML_TYPE_Q4_K || e.type == GGML_TYPE_Q6_K ||
+                                graph::packed_wide_tiles(e.type);
         return packed_for(e) && (std::strcmp(name, "CPU_REPACK") == 0 || (std::strcmp(name, "AMX") == 0 && amx_slower));
     };
     auto extra_for = [&](const Entry &e) -> ggml_backend_buffer_type_t {

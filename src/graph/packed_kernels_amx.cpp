@@ -1,0 +1,393 @@
+// toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
+// prompts through packed Q8_0 matrices, 16 rows x 16 columns per call, one
+// TDPBSUD per block of 32 inputs. The packed Q8_0 layout is already what a
+// TDPBSUD's B operand reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3
+// of the 16 rows), the prepared input columns are its A operand (16 columns,
+// 32 signed quants each, read with the columns' stride), so neither is
+// copied. The block's exact int32 sums then take the same float steps as
+// the AVX-512 tile (the bias for the +128 of the weights, the two scales, one
+// FMA per block), so the results are the AVX-512 tile's, bit for bit.
+//
+// Tiles are configured per thread. ggml's own AMX kernels (its buffer type,
+// which still holds matrices of other types) configure a thread once and
+// expect the configuration to stay, so a run of these tiles saves the
+// thread's configuration and puts it back after (WideTiles::enter/leave).
+#include "graph/packed_avx512_inline.h"
+#include "graph/packed_kernels.h"
+
+#include <cstring>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")
+
+namespace toy::graph::packed {
+namespace {
+
+// A tile configuration (palette 1): bytes per row and rows of each tile.
+struct alignas(64) TileConfig {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+static_assert(sizeof(TileConfig) == 64 && sizeof(TileState) == 64, "a tile configuration is 64 bytes");
+
+constexpr TileConfig config(std::initializer_list<std::pair<int, int>> rows_colsb) {
+    TileConfig c{};
+    c.palette = 1;
+    int t = 0;
+    for (auto [rows, colsb] : rows_colsb) c.rows[t] = static_cast<uint8_t>(rows), c.colsb[t++] = static_cast<uint16_t>(colsb);
+    return c;
+}
+
+// Q8_0, per block of 32 inputs: A (16 input columns x 32 quants), B (the
+// group's block: 8 rows of 16 rows x 4 quants), C (16 columns x 16 rows of
+// int32); tiles 0-2 and 3-5, so two blocks are in flight.
+constexpr TileConfig kQ8Config = config({{16, kQK}, {kQK / 4, 64}, {16, 64}, {16, kQK}, {kQK / 4, 64}, {16, 64}});
+// K-quants, per 64 inputs: A (16 columns x 64 quants), B low and high bytes
+// of quant x scale (16 rows of 16 rows x 4), C for each, twice: tile 0 A,
+// 1 and 4 B, 2 3 and 5 6 C.
+constexpr TileConfig kKConfig = config({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}});
+
+// The instructions by hand: GCC 12's _tile_loadconfig tells the compiler it
+// reads 8 bytes, so stores filling the rest may be dropped (the same bug
+// cmake/amx_tile_config.h mends in ggml); tile numbers are part of the
+// instruction, hence macros. Loads read only memory the tile code does not
+// write while it runs (B's staging is written before, by ordinary stores the
+// "memory" clobber of TOY_TILE_FENCE orders); a store names what it writes.
+#define TOY_TILE_LOAD(t, base, stride) \
+    asm volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"(static_cast<long>(stride)))
+#define TOY_TILE_STORE(t, sums) \
+    asm volatile("tilestored %%tmm" #t ", (%1,%2,1)" : "=m"(sums) : "r"(&(sums)), "r"(64L))
+#define TOY_TILE_ZERO(t) asm volatile("tilezero %%tmm" #t ::)
+#define TOY_TILE_FENCE() asm volatile("" ::: "memory")
+// C += A . B: A signed (the input's quants), B unsigned (SUD) or signed (SSD)
+#define TOY_TILE_DPBSUD(c, a, b) asm volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#define TOY_TILE_DPBSSD(c, a, b) asm volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+void load_config(const TileConfig &c) { asm volatile("ldtilecfg %0" ::"m"(c)); }
+
+void enter(TileState *saved) { asm volatile("sttilecfg %0" : "=m"(*saved)); }
+
+void leave(const TileState *saved) {
+    if (saved->bytes[0] != 0) {
+        asm volatile("ldtilecfg %0" ::"m"(*saved));
+    } else {
+        asm volatile("tilerelease" ::);  // the thread had none: back to the initial state
+    }
+}
+
+// A tile's int32 sums as stored: [column][row].
+struct Sums {
+    alignas(64) int32_t c[16][16];
+};
+
+// ---- Q8_0 ----
+
+// Per block, 16 columns' scales and biases (-128 x the quants' sum) side by side.
+struct Q8Columns {
+    float dx[16];
+    int32_t bias[16];
+};
+
+// Block b's sums into the 16 columns' accumulators, as the AVX-512 tile
+// takes its exact sums: + bias, then acc += float(sum) x (weight scale x input scale).
+inline void q8_accumulate(__m512 *acc, const Sums &s, const uint8_t *w, const Q8Columns &x) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w)));
+    for (int m = 0; m < 16; ++m) {
+        const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s.c[m]), _mm512_set1_epi32(x.bias[m]));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[m])), acc[m]);
+    }
+}
+
+// The packed Q8_0 blocks are a TDPBSUD's B operand as they lie, the prepared
+// columns its A operand: one TDPBSUD per block. Software-pipelined: block b's
+// tiles run while block b-1's sums, stored the step before, are scaled
+// (reading a tile's store at once waits for it).
+void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
+                int64_t cols, float *y, int64_t ldy) {
+    load_config(kQ8Config);
+    const int64_t sets = cols / 16;
+    thread_local std::vector<Q8Columns> columns;
+    columns.resize(nb * sets);
+    for (int64_t s = 0; s < sets; ++s) {
+        for (int64_t b = 0; b < nb; ++b) {
+            for (int m = 0; m < 16; ++m) {
+                const uint8_t *xb = xq + (16 * s + m) * x_stride + b * kColBlock;
+                std::memcpy(&columns[s * nb + b].dx[m], xb + kQK, sizeof(float));
+                std::memcpy(&columns[s * nb + b].bias[m], xb + kQK + 4, sizeof(int32_t));
+            }
+        }
+    }
+    Sums sums[2];
+    for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
+        for (int64_t s = 0; s < sets; ++s) {
+            const uint8_t *xs = xq + 16 * s * x_stride;
+            const Q8Columns *xc = columns.data() + s * nb;
+            __m512 acc[16];
+            for (auto &a : acc) a = _mm512_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *wb = w + b * kGroupBlock, *xb = xs + b * kColBlock;
+                if (b % 2 == 0) {
+                    TOY_TILE_ZERO(2);
+                    TOY_TILE_LOAD(0, xb, x_stride);
+                    TOY_TILE_LOAD(1, wb + 2 * kRows, 64);
+                    TOY_TILE_DPBSUD(2, 0, 1);
+                    TOY_TILE_STORE(2, sums[0]);
+                } else {
+                    TOY_TILE_ZERO(5);
+                    TOY_TILE_LOAD(3, xb, x_stride);
+                    TOY_TILE_LOAD(4, wb + 2 * kRows, 64);
+                    TOY_TILE_DPBSUD(5, 3, 4);
+                    TOY_TILE_STORE(5, sums[1]);
+                }
+                if (b > 0) q8_accumulate(acc, sums[(b - 1) % 2], wb - kGroupBlock, xc[b - 1]);
+            }
+            q8_accumulate(acc, sums[(nb - 1) % 2], w + (nb - 1) * kGroupBlock, xc[nb - 1]);
+            float *yc = y + 16 * s * ldy + g * kRows;
+            for (int m = 0; m < 16; ++m) _mm512_storeu_ps(yc + m * ldy, acc[m]);
+        }
+    }
+}
+
+// ---- Q4_K and Q6_K ----
+//
+// Their sub-block scales are small integers, so each is folded into the
+// weights before the product: B holds quant x scale (at most 15 x 63 for
+// Q4_K, 63 x -128..127 for Q6_K: 16 bits) as a low byte (unsigned) and a
+// high byte (unsigned for Q4_K, signed for Q6_K) in two tiles, and a
+// super-block's 256 inputs sum up in their two C tiles, low + 256 x high:
+// the same exact integer sum of quant x scale x input the AVX-512 tiles
+// form, then the same float steps. The staged B of a group (per super-block
+// 4 KiB of low and 4 KiB of high bytes, in the packed layout's order of 4
+// inputs x 16 rows) serves all of a call's column sets.
+
+constexpr size_t kStagedHalf = 8 * 8 * 64;  // per super-block: 8 units x 8 rows of 64 bytes
+struct alignas(64) Staged {
+    uint8_t lo[kStagedHalf], hi[kStagedHalf];
+};
+
+// Rows v[0..7] of a unit (bytes of 16 rows x 4 inputs) times the rows' scales
+// (bytes, one per row and 4 inputs; s_lo for v[0..3], s_hi for v[4..7]) into
+// the staged low and high bytes of that unit.
+inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo, uint8_t *hi) {
+    // per row's 32-bit lane: the scale in bytes 0 and 2 (even inputs) or 1 and 3 (odd)
+    auto even = [](__m512i s) { return _mm512_or_si512(s, _mm512_slli_epi32(s, 16)); };
+    const __m512i se[2] = {even(s_lo), even(s_hi)};
+    const __m512i so[2] = {_mm512_slli_epi32(se[0], 8), _mm512_slli_epi32(se[1], 8)};
+    const __m512i low_byte = _mm512_set1_epi16(0x00FF);
+    for (int r = 0; r < 8; ++r) {
+        const __m512i e = _mm512_maddubs_epi16(v[r], se[r / 4]);  // word i: input 2i's product
+        const __m512i o = _mm512_maddubs_epi16(v[r], so[r / 4]);  // input 2i + 1's
+        // low bytes in input order: e's low byte, then o's; high bytes the same
+        const __m512i l = _mm512_ternarylogic_epi32(e, _mm512_slli_epi16(o, 8), low_byte, 0xE4);  // e & m | o' & ~m
+        const __m512i h = _mm512_ternarylogic_epi32(_mm512_srli_epi16(e, 8), o, low_byte, 0xE4);
+        _mm512_store_si512(lo + 64 * r, l);
+        _mm512_store_si512(hi + 64 * r, h);
+    }
+}
+
+void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
+    for (int64_t b = 0; b < nb; ++b, w += kQ4Block) {
+        for (int j = 0; j < 8; ++j) {
+            __m512i v[8];
+            load_nibbles(w + kQ4Qs + 256 * j, v);
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kQ4Sc + 16 * j)));
+            stage_unit(v, sc, sc, out[b].lo + 512 * j, out[b].hi + 512 * j);
+        }
+    }
+}
+
+void stage_q6_k(const uint8_t *w, int64_t nb, Staged *out) {
+    for (int64_t b = 0; b < nb; ++b, w += kQ6Block) {
+        for (int j = 0; j < 8; ++j) {
+            __m512i v[8];
+            load_q6_k_unit(w, j, v);
+            // per row, the scales of the unit's inputs 0-15 and 16-31 (bytes)
+            const __m512i pr = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
+            const __m512i byte = _mm512_set1_epi32(0xFF);
+            stage_unit(v, _mm512_and_si512(pr, byte), _mm512_and_si512(_mm512_srli_epi32(pr, 8), byte), out[b].lo + 512 * j,
+                       out[b].hi + 512 * j);
+        }
+    }
+}
+
+// Per super-block, 16 columns' scales and their sums per 32 (Q4_K's mins,
+// as int16 pairs) or per 16 (Q6_K's offset) as stored in the prepared column.
+struct KColumns {
+    float d[16];
+    uint32_t sums[8][16];
+};
+
+// low + 256 x high of a super-block's sums
+inline __m512i k_total(const Sums &lo, const Sums &hi, int m) {
+    return _mm512_add_epi32(_mm512_load_si512(lo.c[m]), _mm512_slli_epi32(_mm512_load_si512(hi.c[m]), 8));
+}
+
+// Super-block b's sums into the accumulators, as the AVX-512 Q4_K tile does.
+inline void q4_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4D)));
+    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Dmin)));
+    __m512i mins[4];  // int16 pairs per row: the mins of sub-blocks 2p and 2p + 1
+    for (int p = 0; p < 4; ++p) mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Min + 32 * p)));
+    for (int m = 0; m < 16; ++m) {
+        __m512i summ = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) summ = _mm512_dpwssd_epi32(summ, mins[p], _mm512_set1_epi32(static_cast<int32_t>(x.sums[p][m])));
+        const __m512 dyv = _mm512_set1_ps(x.d[m]);
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(k_total(lo, hi, m)), _mm512_mul_ps(dw, dyv), acc[m]);
+        acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dm, dyv), acc[m]);
+    }
+}
+
+// Super-block b's sums into the accumulators, as the AVX-512 Q6_K tile does.
+inline void q6_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6D)));
+    __m512i pr[8];
+    for (int j = 0; j < 8; ++j) pr[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
+    for (int m = 0; m < 16; ++m) {
+        // the quants are stored + 32: take back 32 x sum of scale x sum of the 16 inputs
+        __m512i corr = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) corr = _mm512_dpwssd_epi32(corr, pr[j], _mm512_set1_epi32(static_cast<int32_t>(x.sums[j][m])));
+        const __m512i sum = _mm512_sub_epi32(k_total(lo, hi, m), _mm512_slli_epi32(corr, 5));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[m])), acc[m]);
+    }
+}
+
+// y for `groups` groups of Q4_K (kQ6 false) or Q6_K and `cols` columns (a
+// multiple of 16) of Q8_K-prepared input.
+template <bool kQ6>
+void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
+             int64_t cols, float *y, int64_t ldy) {
+    load_config(kKConfig);
+    const int64_t sets = cols / 16;
+    const size_t block = kQ6 ? kQ6Block : kQ4Block;
+    thread_local std::vector<KColumns> columns;
+    thread_local std::vector<Staged> staged;
+    columns.resize(nb * sets);
+    staged.resize(nb);
+    for (int64_t s = 0; s < sets; ++s) {
+        for (int64_t b = 0; b < nb; ++b) {
+            KColumns &c = columns[s * nb + b];
+            for (int m = 0; m < 16; ++m) {
+                const uint8_t *xb = xq + (16 * s + m) * x_stride + b * kKColBlock;
+                std::memcpy(&c.d[m], xb + kKD, sizeof(float));
+                for (int p = 0; p < 8; ++p) {
+                    // Q4_K: int16 pairs of sums per 32 (4 of them); Q6_K: pairs per 16 (8)
+                    if (kQ6 || p < 4) std::memcpy(&c.sums[p][m], xb + (kQ6 ? kKSum16 : kKSum32) + 4 * p, 4);
+                }
+            }
+        }
+    }
+    Sums sums[2][2];  // [super-block parity][low, high]
+    for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
+        if constexpr (kQ6) {
+            stage_q6_k(w, nb, staged.data());
+        } else {
+            stage_q4_k(w, nb, staged.data());
+        }
+        TOY_TILE_FENCE();
+        for (int64_t s = 0; s < sets; ++s) {
+            const uint8_t *xs = xq + 16 * s * x_stride;
+            const KColumns *xc = columns.data() + s * nb;
+            __m512 acc[16];
+            for (auto &a : acc) a = _mm512_setzero_ps();
+            auto accumulate = [&](int64_t b) {
+                if constexpr (kQ6) {
+                    q6_k_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
+                } else {
+                    q4_k_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
+                }
+            };
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *xb = xs + b * kKColBlock + kKQs;
+                const Staged &st = staged[b];
+                if (b % 2 == 0) {
+                    TOY_TILE_ZERO(2);
+                    TOY_TILE_ZERO(3);
+                    for (int p = 0; p < 4; ++p) {
+                        TOY_TILE_LOAD(0, xb + 64 * p, x_stride);
+                        TOY_TILE_LOAD(1, st.lo + 1024 * p, 64);
+                        TOY_TILE_LOAD(4, st.hi + 1024 * p, 64);
+                        TOY_TILE_DPBSUD(2, 0, 1);
+                        if constexpr (kQ6) {
+                            TOY_TILE_DPBSSD(3, 0, 4);
+                        } else {
+                            TOY_TILE_DPBSUD(3, 0, 4);
+                        }
+                    }
+                    TOY_TILE_STORE(2, sums[0][0]);
+                    TOY_TILE_STORE(3, sums[0][1]);
+                } else {
+                    TOY_TILE_ZERO(5);
+                    TOY_TILE_ZERO(6);
+                    for (int p = 0; p < 4; ++p) {
+                        TOY_TILE_LOAD(0, xb + 64 * p, x_stride);
+                        TOY_TILE_LOAD(1, st.lo + 1024 * p, 64);
+                        TOY_TILE_LOAD(4, st.hi + 1024 * p, 64);
+                        TOY_TILE_DPBSUD(5, 0, 1);
+                        if constexpr (kQ6) {
+                            TOY_TILE_DPBSSD(6, 0, 4);
+                        } else {
+                            TOY_TILE_DPBSUD(6, 0, 4);
+                        }
+                    }
+                    TOY_TILE_STORE(5, sums[1][0]);
+                    TOY_TILE_STORE(6, sums[1][1]);
+                }
+                if (b > 0) accumulate(b - 1);
+            }
+            accumulate(nb - 1);
+            float *yc = y + 16 * s * ldy + g * kRows;
+            for (int m = 0; m < 16; ++m) _mm512_storeu_ps(yc + m * ldy, acc[m]);
+        }
+    }
+}
+
+#undef TOY_TILE_LOAD
+#undef TOY_TILE_STORE
+#undef TOY_TILE_ZERO
+#undef TOY_TILE_FENCE
+#undef TOY_TILE_DPBSUD
+#undef TOY_TILE_DPBSSD
+
+// Whether the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state
+// (XCR0 bits 17 and 18), and Linux lets this process use it
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), once per process).
+bool amx_usable() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
+    unsigned lo = 0, hi = 0;
+    asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+}
+
+}  // namespace
+
+const WideTiles *amx_tiles() {
+    static const WideTiles tiles{16, q8_0_tiles, k_tiles<false>, k_tiles<true>, enter, leave};
+    static const bool usable = amx_usable();
+    return usable ? &tiles : nullptr;
+}
+
+}  // namespace toy::graph::packed
+
+TOY_TARGET_END
+
+#else
+
+namespace toy::graph::packed {
+const WideTiles *amx_tiles() { return nullptr; }
+}  // namespace toy::graph::packed
+
+#endif
