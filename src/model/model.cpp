@@ -323,14 +323,15 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         return opts.repack && e.role == TensorRole::Linear && !device_of(e) &&
                graph::packed_matmul_supports(e.type, e.ne.data(), (int)e.ne.size());
     };
-    // An extra buffer type goes first (ggml's AMX is faster than toy's
-    // kernel for Q8_0 prompts), except where toy's kernel takes the matrix
-    // and is the faster: ggml's generic CPU repack (its x86 kernels for the
-    // types toy packs, Q4_K, are 256-bit), and AMX for F16 and the K-quants,
-    // which AMX decodes at half to two thirds of toy's speed on a
+    // An extra buffer type goes first, except where toy's kernel takes the
+    // matrix and is the faster: ggml's generic CPU repack (its x86 kernels
+    // for the types toy packs, Q4_K, are 256-bit), and AMX for F16 and the
+    // K-quants, which AMX decodes at half to two thirds of toy's speed on a
     // Sapphire-Rapids-class Xeon (Llama-3.2-1B Q4_K_M tg64 10.6-14.7 vs
     // 19.7-26.4 t/s; SmolLM2 F16 tg64 57 vs 92-96, its prompt 556-701 vs
-    // 727-779 t/s: BENCHMARKS.md).
+    // 727-779 t/s: BENCHMARKS.md), and for Q8_0 where toy's set has AMX
+    // tiles of its own (prompts through SmolLM2 Q8_0 10-23% faster, decoding
+    // 7-17%; ggml's AMX kept only where toy's set lacks them).
     auto toy_kernel_first = [&](ggml_backend_buffer_type_t b, const Entry &e) {
         const char *name = ggml_backend_buft_name(b);
         const bool amx_slower = e.type == GGML_TYPE_F16 || e.type == GGML_TYPE_Q4_K || e.type == GGML_TYPE_Q6_K ||
