@@ -1,7 +1,7 @@
 // toy's packed Q8_0, F16, Q4_K, Q6_K and BF16 kernels against ggml's own matmul: the
 // same products up to float summation order, for every column count the kernel tiles
-// differently (1-8 per pass, partial passes, several 64-column panels) and
-// for inputs that are views with strides.
+// differently (1-8 per pass, 16 at a time on the amx set, partial passes, several
+// 64-column panels) and for inputs that are views with strides.
 #include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
 #include "kernel_set_scope.h"

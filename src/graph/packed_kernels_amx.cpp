@@ -1,12 +1,12 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0 matrices, 16 rows x 16 columns per call, one
-// TDPBSUD per block of 32 inputs. The packed Q8_0 layout is already what a
-// TDPBSUD's B operand reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3
-// of the 16 rows), the prepared input columns are its A operand (16 columns,
-// 32 signed quants each, read with the columns' stride), so neither is
-// copied. The block's exact int32 sums then take the same float steps as
-// the AVX-512 tile (the bias for the +128 of the weights, the two scales, one
-// FMA per block), so the results are the AVX-512 tile's, bit for bit.
+// prompts through packed Q8_0, Q4_K and Q6_K matrices, 16 columns x 16 rows
+// at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
+// reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
+// the prepared input columns are its A operand (16 columns, 32 signed
+// quants each, read with the columns' stride), so neither is copied. The
+// K-quants fold their integer sub-block scales into a staged copy of the
+// weights (below). Every product's exact int32 sums then take the same float
+// steps as the AVX-512 tiles, so the results are theirs, bit for bit.
 //
 // Tiles are configured per thread. ggml's own AMX kernels (its buffer type,
 // which still holds matrices of other types) configure a thread once and
@@ -108,10 +108,9 @@ inline void q8_accumulate(__m512 *acc, const Sums &s, const uint8_t *w, const Q8
     }
 }
 
-// The packed Q8_0 blocks are a TDPBSUD's B operand as they lie, the prepared
-// columns its A operand: one TDPBSUD per block. Software-pipelined: block b's
-// tiles run while block b-1's sums, stored the step before, are scaled
-// (reading a tile's store at once waits for it).
+// One TDPBSUD per block. Block b-1's sums, stored the step before, are
+// scaled after block b's tiles are issued (reading a tile's store at once
+// waits for it: 5-10% slower).
 void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
                 int64_t cols, float *y, int64_t ldy) {
     load_config(kQ8Config);
