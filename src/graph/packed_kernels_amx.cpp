@@ -59,19 +59,33 @@ constexpr TileConfig kKConfig = config({{16, 64}, {16, 64}, {16, 64}, {16, 64}, 
 
 // The instructions by hand: GCC 12's _tile_loadconfig tells the compiler it
 // reads 8 bytes, so stores filling the rest may be dropped (the same bug
-// cmake/amx_tile_config.h mends in ggml); tile numbers are part of the
-// instruction, hence macros. Loads read only memory the tile code does not
-// write while it runs (B's staging is written before, by ordinary stores the
-// "memory" clobber of TOY_TILE_FENCE orders); a store names what it writes.
-#define TOY_TILE_LOAD(t, base, stride) \
-    asm volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"(static_cast<long>(stride)))
-#define TOY_TILE_STORE(t, sums) \
-    asm volatile("tilestored %%tmm" #t ", (%1,%2,1)" : "=m"(sums) : "r"(&(sums)), "r"(64L))
-#define TOY_TILE_ZERO(t) asm volatile("tilezero %%tmm" #t ::)
-#define TOY_TILE_FENCE() asm volatile("" ::: "memory")
-// C += A . B: A signed (the input's quants), B unsigned (SUD) or signed (SSD)
-#define TOY_TILE_DPBSUD(c, a, b) asm volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
-#define TOY_TILE_DPBSSD(c, a, b) asm volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+// cmake/amx_tile_config.h mends in ggml); a tile's number is part of the
+// instruction, hence a template argument printed by %c. Loads read only
+// memory the tile code does not write while it runs (B's staging is written
+// before, by ordinary stores that tile_fence orders); a store names what it
+// writes.
+template <int T>
+inline void tile_load(const void *base, size_t stride) {
+    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(static_cast<long>(stride)), "i"(T));
+}
+template <int T, typename Out>
+inline void tile_store(Out &out) {  // rows of 64 bytes
+    asm volatile("tilestored %%tmm%c2, (%1,%3,1)" : "=m"(out) : "r"(&out), "i"(T), "r"(64L));
+}
+template <int T>
+inline void tile_zero() {
+    asm volatile("tilezero %%tmm%c0" ::"i"(T));
+}
+inline void tile_fence() { asm volatile("" ::: "memory"); }
+// C += A . B: A signed (the input's quants), B unsigned or (kSigned) signed
+template <int C, int A, int B, bool kSigned = false>
+inline void tile_dot() {
+    if constexpr (kSigned) {
+        asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+    } else {
+        asm volatile("tdpbsud %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+    }
+}
 
 void load_config(const TileConfig &c) { asm volatile("ldtilecfg %0" ::"m"(c)); }
 
@@ -108,6 +122,16 @@ inline void q8_accumulate(__m512 *acc, const Sums &s, const uint8_t *w, const Q8
     }
 }
 
+// Block sums through tiles A, B and C: one TDPBSUD.
+template <int A, int B, int C>
+inline void q8_block(const uint8_t *xb, size_t x_stride, const uint8_t *wb, Sums &out) {
+    tile_zero<C>();
+    tile_load<A>(xb, x_stride);
+    tile_load<B>(wb + 2 * kRows, 64);
+    tile_dot<C, A, B>();
+    tile_store<C>(out);
+}
+
 // One TDPBSUD per block. Block b-1's sums, stored the step before, are
 // scaled after block b's tiles are issued (reading a tile's store at once
 // waits for it: 5-10% slower).
@@ -136,17 +160,9 @@ void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *wb = w + b * kGroupBlock, *xb = xs + b * kColBlock;
                 if (b % 2 == 0) {
-                    TOY_TILE_ZERO(2);
-                    TOY_TILE_LOAD(0, xb, x_stride);
-                    TOY_TILE_LOAD(1, wb + 2 * kRows, 64);
-                    TOY_TILE_DPBSUD(2, 0, 1);
-                    TOY_TILE_STORE(2, sums[0]);
+                    q8_block<0, 1, 2>(xb, x_stride, wb, sums[0]);
                 } else {
-                    TOY_TILE_ZERO(5);
-                    TOY_TILE_LOAD(3, xb, x_stride);
-                    TOY_TILE_LOAD(4, wb + 2 * kRows, 64);
-                    TOY_TILE_DPBSUD(5, 3, 4);
-                    TOY_TILE_STORE(5, sums[1]);
+                    q8_block<3, 4, 5>(xb, x_stride, wb, sums[1]);
                 }
                 if (b > 0) q8_accumulate(acc, sums[(b - 1) % 2], wb - kGroupBlock, xc[b - 1]);
             }
@@ -260,6 +276,23 @@ inline void q6_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const u
     }
 }
 
+// A super-block's low and high sums through C tiles kLo and kHi (A in tile
+// 0, B's low and high bytes in 1 and 4), 64 inputs per TDPBSUD.
+template <int kLo, int kHi, bool kQ6>
+inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (&out)[2]) {
+    tile_zero<kLo>();
+    tile_zero<kHi>();
+    for (int p = 0; p < 4; ++p) {
+        tile_load<0>(xb + 64 * p, x_stride);
+        tile_load<1>(st.lo + 1024 * p, 64);
+        tile_load<4>(st.hi + 1024 * p, 64);
+        tile_dot<kLo, 0, 1>();
+        tile_dot<kHi, 0, 4, kQ6>();  // Q6_K's high bytes are signed
+    }
+    tile_store<kLo>(out[0]);
+    tile_store<kHi>(out[1]);
+}
+
 // y for `groups` groups of Q4_K (kQ6 false) or Q6_K and `cols` columns (a
 // multiple of 16) of Q8_K-prepared input.
 template <bool kQ6>
@@ -292,7 +325,7 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
         } else {
             stage_q4_k(w, nb, staged.data());
         }
-        TOY_TILE_FENCE();
+        tile_fence();
         for (int64_t s = 0; s < sets; ++s) {
             const uint8_t *xs = xq + 16 * s * x_stride;
             const KColumns *xc = columns.data() + s * nb;
@@ -307,39 +340,10 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
             };
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *xb = xs + b * kKColBlock + kKQs;
-                const Staged &st = staged[b];
                 if (b % 2 == 0) {
-                    TOY_TILE_ZERO(2);
-                    TOY_TILE_ZERO(3);
-                    for (int p = 0; p < 4; ++p) {
-                        TOY_TILE_LOAD(0, xb + 64 * p, x_stride);
-                        TOY_TILE_LOAD(1, st.lo + 1024 * p, 64);
-                        TOY_TILE_LOAD(4, st.hi + 1024 * p, 64);
-                        TOY_TILE_DPBSUD(2, 0, 1);
-                        if constexpr (kQ6) {
-                            TOY_TILE_DPBSSD(3, 0, 4);
-                        } else {
-                            TOY_TILE_DPBSUD(3, 0, 4);
-                        }
-                    }
-                    TOY_TILE_STORE(2, sums[0][0]);
-                    TOY_TILE_STORE(3, sums[0][1]);
+                    k_block<2, 3, kQ6>(xb, x_stride, staged[b], sums[0]);
                 } else {
-                    TOY_TILE_ZERO(5);
-                    TOY_TILE_ZERO(6);
-                    for (int p = 0; p < 4; ++p) {
-                        TOY_TILE_LOAD(0, xb + 64 * p, x_stride);
-                        TOY_TILE_LOAD(1, st.lo + 1024 * p, 64);
-                        TOY_TILE_LOAD(4, st.hi + 1024 * p, 64);
-                        TOY_TILE_DPBSUD(5, 0, 1);
-                        if constexpr (kQ6) {
-                            TOY_TILE_DPBSSD(6, 0, 4);
-                        } else {
-                            TOY_TILE_DPBSUD(6, 0, 4);
-                        }
-                    }
-                    TOY_TILE_STORE(5, sums[1][0]);
-                    TOY_TILE_STORE(6, sums[1][1]);
+                    k_block<5, 6, kQ6>(xb, x_stride, staged[b], sums[1]);
                 }
                 if (b > 0) accumulate(b - 1);
             }
@@ -349,13 +353,6 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
         }
     }
 }
-
-#undef TOY_TILE_LOAD
-#undef TOY_TILE_STORE
-#undef TOY_TILE_ZERO
-#undef TOY_TILE_FENCE
-#undef TOY_TILE_DPBSUD
-#undef TOY_TILE_DPBSSD
 
 // Whether the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state
 // (XCR0 bits 17 and 18), and Linux lets this process use it
