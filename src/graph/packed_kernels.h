@@ -133,7 +133,7 @@ struct KernelSet {
     // one column of x prepared for an input form (Q8_0, Q8_K, F16 or BF16), as ggml prepares it
     void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);
     // AMX tiles for prompts through Q8_0, Q4_K and Q6_K (the "amx" set:
-// AVX-512's plus these), or null
+    // AVX-512's plus these), or null
     const WideTiles *wide = nullptr;
 };
 

@@ -1,7 +1,8 @@
 // toy's own matrix-multiply kernels for Q8_0, F16, Q4_K, Q6_K and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
-// packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0
-// prompts where the CPU has AMX, packed_kernels_amx.cpp), where ggml has no repacked
+// packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
+// Q4_K and Q6_K prompts where the CPU has AMX, packed_kernels_amx.cpp),
+// where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
 //
@@ -53,7 +54,7 @@ namespace toy::graph {
 bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 
 // The kernel set in use: "amx", "avx512", "avx2" or "none". The best the CPU
-// runs (amx: AVX-512's with AMX tiles for Q8_0 prompts), unless the
+// runs (amx: AVX-512's with AMX tiles for prompts), unless the
 // environment variable TOY_PACKED_KERNELS names another when the process
 // first asks (avx512 on an AMX CPU, avx2 on an AVX-512 one, or off: no
 // packing at all).
