@@ -144,11 +144,7 @@ int main(int argc, char **argv) {
     const KernelSet *k = kernel_set();
     if (!k) usage("this CPU runs no packed kernel set");
     // the set's wide tiles (AMX) for their column count
-    const WideTileFn wide = !k->wide || columns % k->wide->cols ? nullptr
-                            : type == GGML_TYPE_Q8_0             ? k->wide->q8_0
-                            : type == GGML_TYPE_Q4_K             ? k->wide->q4_k
-                            : type == GGML_TYPE_Q6_K             ? k->wide->q6_k
-                                                                 : nullptr;
+    const WideTileFn wide = k->wide && columns > 0 && columns % k->wide->cols == 0 ? wide_tiles_for(*k->wide, type) : nullptr;
     if (!wide && (columns < 1 || columns > k->max_cols)) {
         usage(("COLUMNS: expected 1 to " + std::to_string(k->max_cols) +
                (k->wide ? " (Q8_0, Q4_K, Q6_K: or a multiple of " + std::to_string(k->wide->cols) + ")" : "")).c_str());
@@ -179,7 +175,7 @@ int main(int argc, char **argv) {
     std::vector<uint8_t> x(x_stride * columns);
     for (int c = 0; c < columns; ++c) k->prepare(form, xf.data(), n_in, x.data() + c * x_stride);
     std::vector<float> y(n_out * columns);
-    const TileFn *tiles = type == GGML_TYPE_Q8_0 ? k->q8_0 : type == GGML_TYPE_Q4_K ? k->q4_k : type == GGML_TYPE_Q6_K ? k->q6_k : k->f16;
+    const TileFn *tiles = tiles_for(*k, type);
     const int64_t depth = n_in / unit;
     const size_t group = one / (n_out / kRows);
     TileState saved;

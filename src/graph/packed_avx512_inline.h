@@ -51,6 +51,42 @@ inline void load_q6_k_unit(const uint8_t *w, int j, __m512i *v) {
     v[7] = _mm512_or_si512(v[7], high_bits<3>(h1));
 }
 
+// 16 fp16 values at p as float32.
+inline __m512 load_f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+
+// The float steps after a tile's exact integer sums, shared by the AVX-512
+// tiles and the AMX tiles so that both give the same bits.
+
+// Q8_0, per block: acc + float(sum) x (weight scales x the column's scale).
+inline __m512 q8_0_step(__m512 acc, __m512i sum, __m512 dw, float dx) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
+}
+
+// Q4_K, the mins of a super-block's sub-blocks 2p and 2p + 1 as int16 pairs per row.
+inline void load_q4_k_mins(const uint8_t *w, __m512i *mins) {
+    for (int p = 0; p < 4; ++p) mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Min + 32 * p)));
+}
+
+// Q4_K, per super-block: the scaled sums (tot) times d, less the mins' sums
+// (summ) times dmin, both times the column's scale dy.
+inline __m512 q4_k_step(__m512 acc, __m512i tot, __m512i summ, __m512 dw, __m512 dm, float dy) {
+    const __m512 dyv = _mm512_set1_ps(dy);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, dyv), acc);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dm, dyv), acc);
+}
+
+// Q6_K, the scales of unit j's two sub-blocks of 16 as sign-extended int16 pairs per row.
+inline __m512i load_q6_k_scale_pairs(const uint8_t *w, int j) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
+}
+
+// Q6_K, per super-block: the quants are stored + 32, so 32 x (sum of scale x
+// sum of 16 inputs) = corr << 5 comes off the scaled sums (tot).
+inline __m512 q6_k_step(__m512 acc, __m512i tot, __m512i corr, __m512 dw, float dy) {
+    const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(corr, 5));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dy)), acc);
+}
+
 }  // namespace toy::graph::packed
 
 TOY_TARGET_END

@@ -137,6 +137,29 @@ struct KernelSet {
     const WideTiles *wide = nullptr;
 };
 
+// A set's tiles for matrices of `type` (indexed by the column count), or
+// null where the set has none.
+inline const TileFn *tiles_for(const KernelSet &k, ggml_type type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: return k.q8_0;
+    case GGML_TYPE_F16: return k.f16;
+    case GGML_TYPE_Q4_K: return k.q4_k;
+    case GGML_TYPE_Q6_K: return k.q6_k;
+    case GGML_TYPE_BF16: return k.bf16;
+    default: return nullptr;
+    }
+}
+
+// A set's wide tiles for matrices of `type`, or null.
+inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: return wide.q8_0;
+    case GGML_TYPE_Q4_K: return wide.q4_k;
+    case GGML_TYPE_Q6_K: return wide.q6_k;
+    default: return nullptr;
+    }
+}
+
 // A set's tiles for 1..8 columns (index 0 unused), from a tile template.
 #define TOY_TILE_TABLE(tile) {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>, tile<7>, tile<8>}
 

@@ -115,10 +115,10 @@ struct Q8Columns {
 // Block b's sums into the 16 columns' accumulators, as the AVX-512 tile
 // takes its exact sums: + bias, then acc += float(sum) x (weight scale x input scale).
 inline void q8_accumulate(__m512 *acc, const Sums &s, const uint8_t *w, const Q8Columns &x) {
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w)));
+    const __m512 dw = load_f16x16(w);
     for (int m = 0; m < 16; ++m) {
         const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s.c[m]), _mm512_set1_epi32(x.bias[m]));
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(x.dx[m])), acc[m]);
+        acc[m] = q8_0_step(acc[m], sum, dw, x.dx[m]);
     }
 }
 
@@ -249,30 +249,25 @@ inline __m512i k_total(const Sums &lo, const Sums &hi, int m) {
 
 // Super-block b's sums into the accumulators, as the AVX-512 Q4_K tile does.
 inline void q4_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4D)));
-    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Dmin)));
-    __m512i mins[4];  // int16 pairs per row: the mins of sub-blocks 2p and 2p + 1
-    for (int p = 0; p < 4; ++p) mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Min + 32 * p)));
+    const __m512 dw = load_f16x16(w + kQ4D), dm = load_f16x16(w + kQ4Dmin);
+    __m512i mins[4];
+    load_q4_k_mins(w, mins);
     for (int m = 0; m < 16; ++m) {
         __m512i summ = _mm512_setzero_si512();
         for (int p = 0; p < 4; ++p) summ = _mm512_dpwssd_epi32(summ, mins[p], _mm512_set1_epi32(static_cast<int32_t>(x.sums[p][m])));
-        const __m512 dyv = _mm512_set1_ps(x.d[m]);
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(k_total(lo, hi, m)), _mm512_mul_ps(dw, dyv), acc[m]);
-        acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dm, dyv), acc[m]);
+        acc[m] = q4_k_step(acc[m], k_total(lo, hi, m), summ, dw, dm, x.d[m]);
     }
 }
 
 // Super-block b's sums into the accumulators, as the AVX-512 Q6_K tile does.
 inline void q6_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6D)));
+    const __m512 dw = load_f16x16(w + kQ6D);
     __m512i pr[8];
-    for (int j = 0; j < 8; ++j) pr[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
+    for (int j = 0; j < 8; ++j) pr[j] = load_q6_k_scale_pairs(w, j);
     for (int m = 0; m < 16; ++m) {
-        // the quants are stored + 32: take back 32 x sum of scale x sum of the 16 inputs
         __m512i corr = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) corr = _mm512_dpwssd_epi32(corr, pr[j], _mm512_set1_epi32(static_cast<int32_t>(x.sums[j][m])));
-        const __m512i sum = _mm512_sub_epi32(k_total(lo, hi, m), _mm512_slli_epi32(corr, 5));
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[m])), acc[m]);
+        acc[m] = q6_k_step(acc[m], k_total(lo, hi, m), corr, dw, x.d[m]);
     }
 }
 

@@ -107,7 +107,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, w += kGroupBlock) {
         prefetch_block<C>(w, kGroupBlock);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w)));
+        const __m512 dw = load_f16x16(w);
         __m512i q[8];
         for (int j = 0; j < 8; ++j) q[j] = _mm512_loadu_si512(w + 32 + 64 * j);
         for (int c = 0; c < C; ++c) {
@@ -115,7 +115,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             float dx;
             std::memcpy(&dx, xb + kQK, sizeof dx);
             const __m512i s = dot_u8s8<8, (C == 1)>(bcast4(xb + kQK + 4), q, xb);  // from the bias
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[c]);
+            acc[c] = q8_0_step(acc[c], s, dw, dx);
         }
     }
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
@@ -175,20 +175,15 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                 tot[c] = _mm512_add_epi32(tot[c], _mm512_mullo_epi32(s, sc));
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4D)));
-        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Dmin)));
-        __m512i mins[4];  // int16 pairs per row: the mins of sub-blocks 2p and 2p + 1
-        for (int p = 0; p < 4; ++p) {
-            mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ4Min + 32 * p)));
-        }
+        const __m512 dw = load_f16x16(w + kQ4D), dm = load_f16x16(w + kQ4Dmin);
+        __m512i mins[4];
+        load_q4_k_mins(w, mins);
         for (int c = 0; c < C; ++c) {
             float dy;
             std::memcpy(&dy, xb[c] + kKD, sizeof dy);
             __m512i summ = _mm512_setzero_si512();  // with the column's sums per 32, as int16 pairs
             for (int p = 0; p < 4; ++p) summ = _mm512_dpwssd_epi32(summ, mins[p], bcast4(xb[c] + kKSum32 + 4 * p));
-            const __m512 dyv = _mm512_set1_ps(dy);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[c]), _mm512_mul_ps(dw, dyv), acc[c]);
-            acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dm, dyv), acc[c]);
+            acc[c] = q4_k_step(acc[c], tot[c], summ, dw, dm, dy);
         }
     }
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
@@ -208,7 +203,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             __m512i v[8];
             load_q6_k_unit(w, j, v);
             // the scales of the unit's two sub-blocks of 16, sign-extended per row
-            const __m512i pr = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
+            const __m512i pr = load_q6_k_scale_pairs(w, j);
             const __m512i sa = _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16), sb = _mm512_srai_epi32(pr, 16);
             for (int c = 0; c < C; ++c) {
                 const uint8_t *x = xb[c] + kKQs + 32 * j;
@@ -217,18 +212,15 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                 tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(s0, sa), _mm512_mullo_epi32(s1, sb)));
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6D)));
+        const __m512 dw = load_f16x16(w + kQ6D);
         for (int c = 0; c < C; ++c) {
-            // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
             float dy;
             std::memcpy(&dy, xb[c] + kKD, sizeof dy);
             __m512i corr = _mm512_setzero_si512();
             for (int j = 0; j < 8; ++j) {
-                const __m512i pr = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
-                corr = _mm512_dpwssd_epi32(corr, pr, bcast4(xb[c] + kKSum16 + 4 * j));
+                corr = _mm512_dpwssd_epi32(corr, load_q6_k_scale_pairs(w, j), bcast4(xb[c] + kKSum16 + 4 * j));
             }
-            const __m512i sum = _mm512_sub_epi32(tot[c], _mm512_slli_epi32(corr, 5));
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dy)), acc[c]);
+            acc[c] = q6_k_step(acc[c], tot[c], corr, dw, dy);
         }
     }
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);

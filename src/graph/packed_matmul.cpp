@@ -244,26 +244,6 @@ std::atomic<const KernelSet *> &current() {
 
 const KernelSet *kernels() { return current().load(std::memory_order_relaxed); }
 
-const TileFn *tiles_for(const KernelSet &k, ggml_type type) {
-    switch (type) {
-    case GGML_TYPE_Q8_0: return k.q8_0;
-    case GGML_TYPE_F16: return k.f16;
-    case GGML_TYPE_Q4_K: return k.q4_k;
-    case GGML_TYPE_BF16: return k.bf16;
-    default: return k.q6_k;
-    }
-}
-
-// A set's wide tiles for matrices of `type`, or null.
-WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
-    switch (type) {
-    case GGML_TYPE_Q8_0: return wide.q8_0;
-    case GGML_TYPE_Q4_K: return wide.q4_k;
-    case GGML_TYPE_Q6_K: return wide.q6_k;
-    default: return nullptr;
-    }
-}
-
 // The input prepared for the matrix's input form (userdata: that form).
 void prepare_kernel(ggml_tensor *dst, int ith, int nth, void *input) {
     const ggml_tensor *x = dst->src[0];
