@@ -11,10 +11,20 @@
 
 namespace toy::test {
 
-inline std::filesystem::path scratch_dir() {
-    std::filesystem::path d = std::filesystem::temp_directory_path() / ("toy_train_test_" + std::to_string(getpid()));
-    std::filesystem::create_directories(d);
-    return d;
+// The process's scratch directory, removed when it exits (by the process
+// that made it, not by a forked child).
+inline const std::filesystem::path &scratch_dir() {
+    struct Scratch {
+        const pid_t owner = getpid();
+        const std::filesystem::path path = std::filesystem::temp_directory_path() / ("toy_train_test_" + std::to_string(owner));
+        Scratch() { std::filesystem::create_directories(path); }
+        ~Scratch() {
+            std::error_code ec;
+            if (getpid() == owner) std::filesystem::remove_all(path, ec);
+        }
+    };
+    static const Scratch scratch;
+    return scratch.path;
 }
 
 // F32 options of a small model of `arch` (custom preset).
