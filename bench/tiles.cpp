@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     // untouched until packed into (the advice comes first), with room for the
     // last prefetches past the end
     constexpr size_t kHuge = size_t(2) << 20;
-    const size_t bytes = (one * copies + kPrefetchAhead + kHuge - 1) / kHuge * kHuge;
+    const size_t bytes = (one * copies + prefetch_reach() + kHuge - 1) / kHuge * kHuge;
     std::unique_ptr<uint8_t, decltype(&std::free)> w(static_cast<uint8_t *>(std::aligned_alloc(kHuge, bytes)), &std::free);
     if (!w) usage("could not allocate the weights");
     toy::advise_whole_blocks(w.get(), bytes, kHuge, MADV_HUGEPAGE);

@@ -113,13 +113,16 @@ TEST(Cli, UnknownEnvironmentValuesAreNamedWarnings) {
              {"TOY_GGML_LOG=loud", "toy: warning: TOY_GGML_LOG=loud: expected info, debug or warn; using warn"},
              {"TOY_FLASH_ATTN_KERNEL=fast", "toy: warning: TOY_FLASH_ATTN_KERNEL=fast: expected ggml"},
              {"TOY_PACKED_KERNELS=sse9", "toy: warning: TOY_PACKED_KERNELS=sse9: expected amx, avx512, avx2 or off"},
+             {"TOY_PREFETCH=near", "toy: warning: TOY_PREFETCH=near: expected L1,L2 (bytes ahead"},
+             {"TOY_PREFETCH=0,4096", "toy: warning: TOY_PREFETCH=0,4096: expected L1,L2 (bytes ahead"},
+             {"TOY_PREFETCH=1024,4096x", "toy: warning: TOY_PREFETCH=1024,4096x: expected L1,L2 (bytes ahead"},
          }) {
         SCOPED_TRACE(env);
         const auto r = toy::test::run_command(env + " " + run);
         EXPECT_EQ(r.code, 0) << r.err;
         EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
     }
-    const auto quiet = toy::test::run_command("TOY_GGML_LOG=warn TOY_FLASH_ATTN_KERNEL=ggml " + run);
+    const auto quiet = toy::test::run_command("TOY_GGML_LOG=warn TOY_FLASH_ATTN_KERNEL=ggml TOY_PREFETCH=512,0 " + run);
     EXPECT_EQ(quiet.err.find("warning"), std::string::npos) << quiet.err;
 }
 

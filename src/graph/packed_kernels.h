@@ -46,10 +46,23 @@ constexpr size_t kQ6D = 0, kQ6Sc = 32, kQ6Ql = 288, kQ6Qh = 2336, kQ6Block = 336
 // A vector of 16 rows is 64 bytes: rows 0-7 in its first 32 bytes, rows
 // 8-15 in the second (the 256-bit kernels take a group as two halves).
 
-// Decoding: how far ahead of the weights being multiplied to prefetch. The
-// hardware prefetcher alone left the kernels waiting on loads (Llama-3.2-1B
-// Q4_K_M tg 33 -> 47-51 t/s, Qwen2.5-0.5B Q8_0 57-63 -> 66-72, SmolLM2 F16 +4-8%).
-constexpr size_t kPrefetchAhead = 4096;
+// Decoding: how far ahead of the weights being multiplied to prefetch, in
+// bytes: into L1 `l1` ahead, and, where l2 > 0, into L2 `l2` ahead first.
+// The hardware prefetcher alone left the kernels waiting on loads (Zen 4:
+// Llama-3.2-1B Q4_K_M tg 33 -> 47-51 t/s, Qwen2.5-0.5B Q8_0 57-63 -> 66-72,
+// SmolLM2 F16 +4-8%, with prefetches into L1 4 KiB ahead), and on Zen 3 a
+// second step into L2 8-16 KiB ahead lost a quarter of Q8_0's streaming. On
+// a Sapphire Rapids Xeon the far L1 prefetches held the core's few L1 miss
+// slots for a whole trip to memory: one core streamed Q4_K and Q6_K at 10.4
+// GB/s, and at 16 asked into L2 4 KiB ahead and into L1 1 KiB ahead (Q8_0
+// and F16 14-15.5 -> 16.5; BENCHMARKS.md). So the plan depends on the CPU
+// (packed_matmul.cpp), and TOY_PREFETCH=L1,L2 sets another to measure.
+struct PrefetchPlan {
+    size_t l1, l2;
+};
+extern const PrefetchPlan prefetch_plan;
+// How far past the weights being multiplied the plan reads.
+inline size_t prefetch_reach() { return std::max(prefetch_plan.l1, prefetch_plan.l2); }
 
 // The `bytes` at p on their way into L1 (kL1) or L2, a cache line at a
 // time. An asm statement, not _mm_prefetch: GCC 12 deleted a loop of nothing
@@ -71,24 +84,31 @@ inline void prefetch_bytes(const void *p, size_t bytes) {
 #endif
 }
 
-// Decoding (one or two columns) streams each weight once: ask for the bytes
-// kPrefetchAhead on.
-template <int C>
-inline void prefetch_block(const uint8_t *w, size_t bytes) {
-    if constexpr (C <= 2) prefetch_bytes<true>(w + kPrefetchAhead, bytes);
+// The `bytes` the plan's distances past p on their way into L2 and L1.
+inline void prefetch_ahead(const uint8_t *p, size_t bytes) {
+    const PrefetchPlan plan = prefetch_plan;
+    if (plan.l2 > 0) prefetch_bytes<false>(p + plan.l2, bytes);
+    prefetch_bytes<true>(p + plan.l1, bytes);
 }
 
-// Decoding: part `part` of `parts` of the cache lines of the `bytes`
-// kPrefetchAhead past w. A block's prefetches spread over its compute, a few
-// lines per step: asked for all at once, as many as a K-quant block's 37-53
-// lines waited for the core's few outstanding-miss slots, and two cores
-// streamed Q4_K and Q6_K at 17-20 GB/s where spread they stream 21-25.
+// Decoding (one or two columns) streams each weight once: ask for the bytes
+// ahead of w.
+template <int C>
+inline void prefetch_block(const uint8_t *w, size_t bytes) {
+    if constexpr (C <= 2) prefetch_ahead(w, bytes);
+}
+
+// Decoding: part `part` of `parts` of the cache lines of the `bytes` ahead
+// of w. A block's prefetches spread over its compute, a few lines per step:
+// asked for all at once, as many as a K-quant block's 37-53 lines waited for
+// the core's few outstanding-miss slots, and two cores streamed Q4_K and
+// Q6_K at 21-22 GB/s where spread they stream 24-25 (Zen 3).
 template <int C>
 inline void prefetch_part(const uint8_t *w, size_t bytes, int part, int parts) {
     if constexpr (C <= 2) {
         const int lines = static_cast<int>((bytes + 63) / 64), per = (lines + parts - 1) / parts;
         const int first = part * per, n = std::min(per, lines - first);
-        if (n > 0) prefetch_bytes<true>(w + kPrefetchAhead + 64 * first, 64 * static_cast<size_t>(n));
+        if (n > 0) prefetch_ahead(w + 64 * first, 64 * static_cast<size_t>(n));
     }
 }
 

@@ -31,6 +31,13 @@ TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,am
 namespace toy::graph::packed {
 namespace {
 
+// GCC 12's AVX-512 conversion intrinsics start from an undefined vector and
+// -Wmaybe-uninitialized reports it inside the compiler's own header.
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 // A tile configuration (palette 1): bytes per row and rows of each tile.
 struct alignas(64) TileConfig {
     uint8_t palette, start_row;
@@ -193,10 +200,12 @@ struct alignas(64) Staged {
 // Rows v[0..7] of a unit (bytes of 16 rows x 4 inputs) times the rows' scales
 // (bytes, one per row and 4 inputs; s_lo for v[0..3], s_hi for v[4..7]) into
 // the staged low and high bytes of that unit.
+// Per row's 32-bit lane: its scale byte s in bytes 0 and 2 (the even inputs).
+inline __m512i even_inputs(__m512i s) { return _mm512_or_si512(s, _mm512_slli_epi32(s, 16)); }
+
 inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo, uint8_t *hi) {
-    // per row's 32-bit lane: the scale in bytes 0 and 2 (even inputs) or 1 and 3 (odd)
-    auto even = [](__m512i s) { return _mm512_or_si512(s, _mm512_slli_epi32(s, 16)); };
-    const __m512i se[2] = {even(s_lo), even(s_hi)};
+    // the scales in bytes 0 and 2 of a row's lane (even inputs), or 1 and 3 (odd)
+    const __m512i se[2] = {even_inputs(s_lo), even_inputs(s_hi)};
     const __m512i so[2] = {_mm512_slli_epi32(se[0], 8), _mm512_slli_epi32(se[1], 8)};
     const __m512i low_byte = _mm512_set1_epi16(0x00FF);
     for (int r = 0; r < 8; ++r) {
@@ -362,6 +371,8 @@ bool amx_usable() {
     constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace
 

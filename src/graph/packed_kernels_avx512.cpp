@@ -264,6 +264,12 @@ TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx2,
 namespace toy::graph::packed {
 namespace {
 
+#pragma GCC diagnostic push  // as above: GCC 12's header
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 // Each product of two bfloat16 is exact in float32, as in ggml's BF16 dot
 // product; only the order of the float sums differs. Two partial sums per
 // column hide VDPBF16PS's latency when few columns share a load.
@@ -287,6 +293,8 @@ void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_str
     }
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, _mm512_add_ps(acc[c][0], acc[c][1]));
 }
+
+#pragma GCC diagnostic pop
 
 constexpr TileFn kBf16Tiles[9] = TOY_TILE_TABLE(bf16_tile);
 
