@@ -54,9 +54,9 @@ constexpr size_t kQ6D = 0, kQ6Sc = 32, kQ6Ql = 288, kQ6Qh = 2336, kQ6Block = 336
 // second step into L2 8-16 KiB ahead lost a quarter of Q8_0's streaming. On
 // a Sapphire Rapids Xeon the far L1 prefetches held the core's few L1 miss
 // slots for a whole trip to memory: one core streamed Q4_K and Q6_K at 10.4
-// GB/s, and at 16 asked into L2 4 KiB ahead and into L1 1 KiB ahead (Q8_0
-// and F16 14-15.5 -> 16.5; BENCHMARKS.md). So the plan depends on the CPU
-// (packed_matmul.cpp), and TOY_PREFETCH=L1,L2 sets another to measure.
+// GB/s; asked into L2 4 KiB ahead and then into L1 1 KiB ahead, at 15-16.5
+// (Q8_0 and F16 14-15.5 -> 16.5; BENCHMARKS.md). So the plan depends on the
+// CPU (packed_matmul.cpp), and TOY_PREFETCH=L1,L2 sets another to measure.
 struct PrefetchPlan {
     size_t l1, l2;
 };

@@ -197,12 +197,12 @@ struct alignas(64) Staged {
     uint8_t lo[kStagedHalf], hi[kStagedHalf];
 };
 
-// Rows v[0..7] of a unit (bytes of 16 rows x 4 inputs) times the rows' scales
-// (bytes, one per row and 4 inputs; s_lo for v[0..3], s_hi for v[4..7]) into
-// the staged low and high bytes of that unit.
 // Per row's 32-bit lane: its scale byte s in bytes 0 and 2 (the even inputs).
 inline __m512i even_inputs(__m512i s) { return _mm512_or_si512(s, _mm512_slli_epi32(s, 16)); }
 
+// Rows v[0..7] of a unit (bytes of 16 rows x 4 inputs) times the rows' scales
+// (bytes, one per row and 4 inputs; s_lo for v[0..3], s_hi for v[4..7]) into
+// the staged low and high bytes of that unit.
 inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo, uint8_t *hi) {
     // the scales in bytes 0 and 2 of a row's lane (even inputs), or 1 and 3 (odd)
     const __m512i se[2] = {even_inputs(s_lo), even_inputs(s_hi)};
