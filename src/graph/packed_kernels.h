@@ -91,21 +91,24 @@ inline void prefetch_ahead(const uint8_t *p, size_t bytes) {
     prefetch_bytes<true>(p + plan.l1, bytes);
 }
 
-// Decoding (one or two columns) streams each weight once: ask for the bytes
-// ahead of w.
-template <int C>
+// A product that streams each weight once (every input column in one call
+// of a tile: decoding, a few sequences at a time) asks for the bytes ahead
+// of w. One that takes the columns 8 at a time reads each group's weights
+// again from the cache and leaves the prefetches out (they cost its prompts
+// 2-9%, and gain 16-54% streaming 3-8 columns; BENCHMARKS.md).
+template <bool kStream>
 inline void prefetch_block(const uint8_t *w, size_t bytes) {
-    if constexpr (C <= 2) prefetch_ahead(w, bytes);
+    if constexpr (kStream) prefetch_ahead(w, bytes);
 }
 
-// Decoding: part `part` of `parts` of the cache lines of the `bytes` ahead
+// Streaming: part `part` of `parts` of the cache lines of the `bytes` ahead
 // of w. A block's prefetches spread over its compute, a few lines per step:
 // asked for all at once, as many as a K-quant block's 37-53 lines waited for
 // the core's few outstanding-miss slots, and two cores streamed Q4_K and
 // Q6_K at 21-22 GB/s where spread they stream 24-25 (Zen 3).
-template <int C>
+template <bool kStream>
 inline void prefetch_part(const uint8_t *w, size_t bytes, int part, int parts) {
-    if constexpr (C <= 2) {
+    if constexpr (kStream) {
         const int lines = static_cast<int>((bytes + 63) / 64), per = (lines + parts - 1) / parts;
         const int first = part * per, n = std::min(per, lines - first);
         if (n > 0) prefetch_ahead(w + 64 * first, 64 * static_cast<size_t>(n));
@@ -119,6 +122,14 @@ inline void prefetch_start(const uint8_t *w, size_t bytes) { prefetch_bytes<fals
 // y[c * ldy + r] for a group's 16 rows and `n` (1..max_cols) columns of
 // prepared input: `depth` units (blocks, or inputs for F16) of the group at w.
 using TileFn = void (*)(const uint8_t *w, int64_t depth, const uint8_t *x, size_t x_stride, float *y, int64_t ldy);
+
+// A type's tiles for 1..8 columns (index 0 unused): `stream` for a product
+// whose columns all go through one call per group, which reads each weight
+// once and prefetches them ahead (prefetch_block), `reuse` for one that
+// takes its columns 8 at a time, without prefetches.
+struct Tiles {
+    TileFn stream[9], reuse[9];
+};
 
 // A thread's tile configuration, kept while wide tiles run (64 bytes).
 struct alignas(64) TileState {
@@ -146,7 +157,7 @@ struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
-    const TileFn *q8_0, *f16, *q4_k, *q6_k, *bf16;  // each indexed by the column count
+    const Tiles *q8_0, *f16, *q4_k, *q6_k, *bf16;
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
@@ -157,9 +168,8 @@ struct KernelSet {
     const WideTiles *wide = nullptr;
 };
 
-// A set's tiles for matrices of `type` (indexed by the column count), or
-// null where the set has none.
-inline const TileFn *tiles_for(const KernelSet &k, ggml_type type) {
+// A set's tiles for matrices of `type`, or null where the set has none.
+inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     switch (type) {
     case GGML_TYPE_Q8_0: return k.q8_0;
     case GGML_TYPE_F16: return k.f16;
@@ -180,8 +190,9 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     }
 }
 
-// A set's tiles for 1..8 columns (index 0 unused), from a tile template.
-#define TOY_TILE_TABLE(tile) {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>, tile<7>, tile<8>}
+// A type's Tiles from a tile template <int C, bool kStream>.
+#define TOY_TILE_ROW(tile, s) {nullptr, tile<1, s>, tile<2, s>, tile<3, s>, tile<4, s>, tile<5, s>, tile<6, s>, tile<7, s>, tile<8, s>}
+#define TOY_TILES(tile) {TOY_TILE_ROW(tile, true), TOY_TILE_ROW(tile, false)}
 
 // Everything between TOY_TARGET_BEGIN("isa,...") and TOY_TARGET_END is
 // compiled for those instructions whatever the build targets (GCC and clang).

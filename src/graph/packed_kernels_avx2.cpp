@@ -112,9 +112,11 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 }
 
 // Every (half, block) of a group once, in the order that suits C columns.
-// Decoding (C <= 2) takes both halves of a block before the next, so the
-// weights stream past once and the prefetches never pause; prompts take one
-// half through all blocks, then the other (the columns' inputs stay in L1).
+// A product that streams the weights (kStream), and any of 1 or 2 columns,
+// takes both halves of a block before the next, so the weights pass once
+// and the prefetches never pause (3-8 columns streamed 7-31% faster than
+// half by half); prompts take one half through all blocks, then the other
+// (the columns' inputs stay in L1).
 // The half reaches the body as a constant, so arrays indexed by it stay in
 // registers; the bodies are inlined (TOY_INLINE: GCC 12 otherwise kept
 // q6_k_tile<2>'s as calls).
@@ -122,11 +124,11 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 // A loop over a register array unrolled first, so GCC keeps the array in
 // registers (f16_tile<2> and <3> stored their sums every input without it).
 #define TOY_UNROLL _Pragma("GCC unroll 32")
-template <int C, typename F>
+template <int C, bool kStream, typename F>
 TOY_INLINE inline void halves_by_block(int64_t nb, F &&body) {
     constexpr std::integral_constant<int, 0> h0;
     constexpr std::integral_constant<int, 1> h1;
-    if constexpr (C <= 2) {
+    if constexpr (C <= 2 || kStream) {
         for (int64_t b = 0; b < nb; ++b) body(h0, b), body(h1, b);
     } else {
         for (int64_t b = 0; b < nb; ++b) body(h0, b);
@@ -158,25 +160,26 @@ inline void in_register(__m256i &v) { asm("" : "+x"(v)); }
 constexpr int kF16Cols = 6;
 
 // More columns than a tile keeps in 16 registers: in passes of `most` (4 for
-// the integer tiles and BF16, kF16Cols for F16). `depth` and `x` name the
-// tile's depth and input parameters.
-#define TOY_SPLIT_COLUMNS(tile, most, depth, x)                                \
-    if constexpr (C > most) {                                                  \
-        tile<most>(w, depth, x, x_stride, y, ldy);                             \
-        tile<C - most>(w, depth, x + most * x_stride, x_stride, y + most * ldy, ldy); \
-        return;                                                                \
+// the integer tiles and BF16, kF16Cols for F16), the second over weights the
+// first left in the cache. `depth` and `x` name the tile's depth and input
+// parameters.
+#define TOY_SPLIT_COLUMNS(tile, most, depth, x)                                              \
+    if constexpr (C > most) {                                                                \
+        tile<most, kStream>(w, depth, x, x_stride, y, ldy);                                   \
+        tile<C - most, false>(w, depth, x + most * x_stride, x_stride, y + most * ldy, ldy); \
+        return;                                                                              \
     }
 
-template <int C>
+template <int C, bool kStream>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q8_0_tile, 4, nb, xq)
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     __m256 acc[2][C];
     for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
-    halves_by_block<C>(nb, [&](auto h, int64_t b) TOY_INLINE {
+    halves_by_block<C, kStream>(nb, [&](auto h, int64_t b) TOY_INLINE {
         const uint8_t *wb = w + b * kGroupBlock;
-        if (h == 0) prefetch_block<C>(wb, kGroupBlock);
+        if (h == 0) prefetch_block<kStream>(wb, kGroupBlock);
         __m256i s[C];
         for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
@@ -208,7 +211,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 // (which of the two matters most was not measured). Decoding (up
 // to 3 columns): two partial sums per half (even and odd inputs) that hide
 // the FMA latency and halve the rounding of long sums.
-template <int C>
+template <int C, bool kStream>
 void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(f16_tile, kF16Cols, n_in, x)
     const float *xc[C];
@@ -247,7 +250,7 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
         };
         int64_t k = 0;
         for (; k + 1 < n_in; k += 2) {
-            prefetch_block<C>(w + 32 * k, 64);
+            prefetch_block<kStream>(w + 32 * k, 64);
             step(k, 0);
             step(k + 1, 1);
         }
@@ -265,14 +268,14 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
 inline __m256 bf16_lo(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
 inline __m256 bf16_hi(__m256i v) { return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))); }
 
-template <int C>
+template <int C, bool kStream>
 void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(bf16_tile, 4, n_pairs, x)
     for (int h = 0; h < 2; ++h) {
         __m256 acc[C][2];
         for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
         for (int64_t p = 0; p < n_pairs; ++p) {
-            if (h == 0) prefetch_block<C>(w + 64 * p, 64);
+            if (h == 0) prefetch_block<kStream>(w + 64 * p, 64);
             const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 64 * p + 32 * h));
             const __m256 w0 = bf16_lo(wv), w1 = bf16_hi(wv);
             for (int c = 0; c < C; ++c) {
@@ -287,13 +290,13 @@ void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_str
 
 // The K-quant tiles' frame: y zeroed (they add each super-block's sums to
 // it), then every (half, super-block) with the block's weights (prefetched
-// when decoding) and each column's Q8_K input for it.
-template <int C, size_t kBlock, typename F>
+// when streamed) and each column's Q8_K input for it.
+template <int C, bool kStream, size_t kBlock, typename F>
 TOY_INLINE inline void k_quant_blocks(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y,
                                       int64_t ldy, F &&body) {
     for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, _mm256_setzero_ps());
-    halves_by_block<C>(nb, [&](auto h, int64_t b) TOY_INLINE {
+    halves_by_block<C, kStream>(nb, [&](auto h, int64_t b) TOY_INLINE {
         const uint8_t *wb = w + b * kBlock;
         const uint8_t *xb[C];
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
@@ -303,15 +306,15 @@ TOY_INLINE inline void k_quant_blocks(const uint8_t *w, int64_t nb, const uint8_
 
 // Q4_K and Q6_K keep their float sums in y (16 registers hold the integer
 // sums of 4 columns, not those too): one load and store per super-block.
-template <int C>
+template <int C, bool kStream>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q4_k_tile, 4, nb, xq)  // with the int16 sums below 4 columns fit (2 before them)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    k_quant_blocks<C, kQ4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
+    k_quant_blocks<C, kStream, kQ4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
-            prefetch_part<C>(wb, kQ4Block, 8 * h + j, 16);
+            prefetch_part<kStream>(wb, kQ4Block, 8 * h + j, 16);
             // A 4-bit quant times an int8 input (|q| <= 127, Q8_K) gives
             // VPMADDUBSW pairs of at most 3810: the unit's 8 products per
             // row add up in int16 (<= 30480), and one VPMADDWD against the
@@ -367,15 +370,15 @@ inline __m256i q6_vector(__m256i bits, __m256i h) {
 // input gives VPMADDUBSW pairs of at most 16002: two of them add up in int16,
 // and VPMADDWD against the sub-block's scale (in both halves of the row's
 // lane) widens and scales them at once, no VPMULLD.
-template <int C>
+template <int C, bool kStream>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(q6_k_tile, 4, nb, xq)
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    k_quant_blocks<C, kQ6Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
+    k_quant_blocks<C, kStream, kQ6Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
-            prefetch_part<C>(wb, kQ6Block, 8 * h + j, 16);
+            prefetch_part<kStream>(wb, kQ6Block, 8 * h + j, 16);
             const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
             // the unit's two scales (int16 per row: a low, b high), each in both halves
             const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
@@ -423,9 +426,9 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 #undef TOY_INLINE
 #undef TOY_UNROLL
 
-constexpr TileFn kQ8Tiles[9] = TOY_TILE_TABLE(q8_0_tile), kF16Tiles[9] = TOY_TILE_TABLE(f16_tile),
-                 kQ4KTiles[9] = TOY_TILE_TABLE(q4_k_tile), kQ6KTiles[9] = TOY_TILE_TABLE(q6_k_tile),
-                 kBf16Tiles[9] = TOY_TILE_TABLE(bf16_tile);
+constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
+                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile),
+                 kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
 
@@ -434,7 +437,7 @@ const KernelSet *avx2_kernels() {
     // faster than over ggml's layout and its prompts are no slower than
     // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
-    static const KernelSet set{"avx2", 8, kF16Cols, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, true, false, prepare};
+    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kBf16Tiles, true, false, prepare};
     return &set;
 }
 

@@ -101,12 +101,12 @@ inline __m512i dot_u8s8(__m512i s, const __m512i *w, const uint8_t *x) {
 
 // y[c * ldy + r] for a group's 16 rows and C columns of prepared input;
 // `depth` units (blocks, or inputs for F16) of the group at w.
-template <int C>
+template <int C, bool kStream>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, w += kGroupBlock) {
-        prefetch_block<C>(w, kGroupBlock);
+        prefetch_block<kStream>(w, kGroupBlock);
         const __m512 dw = load_f16x16(w);
         __m512i q[8];
         for (int j = 0; j < 8; ++j) q[j] = _mm512_loadu_si512(w + 32 + 64 * j);
@@ -125,7 +125,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 // (round_column), so each product is ggml's F16 x F16 product, exact in
 // float32. Two partial sums per column hide the FMA latency when few columns
 // share a load.
-template <int C>
+template <int C, bool kStream>
 void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
     __m512 acc[C][2];
     for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
@@ -133,7 +133,7 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
     for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float *>(x + c * x_stride);
     int64_t k = 0;
     for (; k + 1 < n_in; k += 2) {
-        prefetch_block<C>(w + 32 * k, 64);
+        prefetch_block<kStream>(w + 32 * k, 64);
         const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * k)));
         const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 32 * (k + 1))));
         for (int c = 0; c < C; ++c) {
@@ -148,14 +148,14 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, _mm512_add_ps(acc[c][0], acc[c][1]));
 }
 
-template <int C>
+template <int C, bool kStream>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     // At most 4 columns per pass: 8 kept the weights' 8 vectors, 8 integer
     // and 8 float sums live and spilled them (Llama-3.2-1B Q4_K_M pp512
     // 300-317 -> 409-416 t/s). Q8_0 and Q6_K gained nothing from the split.
     if constexpr (C > 4) {
-        q4_k_tile<4>(w, nb, xq, x_stride, y, ldy);
-        q4_k_tile<C - 4>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
+        q4_k_tile<4, kStream>(w, nb, xq, x_stride, y, ldy);
+        q4_k_tile<C - 4, false>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);  // the weights are in cache
         return;
     }
     __m512 acc[C];
@@ -166,7 +166,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         __m512i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) {
-            prefetch_part<C>(w, kQ4Block, j, 8);
+            prefetch_part<kStream>(w, kQ4Block, j, 8);
             __m512i v[8];
             load_nibbles(w + kQ4Qs + 256 * j, v);
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kQ4Sc + 16 * j)));
@@ -189,7 +189,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-template <int C>
+template <int C, bool kStream>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -199,7 +199,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         __m512i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) {
-            prefetch_part<C>(w, kQ6Block, j, 8);
+            prefetch_part<kStream>(w, kQ6Block, j, 8);
             __m512i v[8];
             load_q6_k_unit(w, j, v);
             // the scales of the unit's two sub-blocks of 16, sign-extended per row
@@ -249,8 +249,8 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
     }
 }
 
-constexpr TileFn kQ8Tiles[9] = TOY_TILE_TABLE(q8_0_tile), kF16Tiles[9] = TOY_TILE_TABLE(f16_tile),
-                 kQ4KTiles[9] = TOY_TILE_TABLE(q4_k_tile), kQ6KTiles[9] = TOY_TILE_TABLE(q6_k_tile);
+constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
+                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile);
 
 }  // namespace
 }  // namespace toy::graph::packed
@@ -273,13 +273,13 @@ namespace {
 // Each product of two bfloat16 is exact in float32, as in ggml's BF16 dot
 // product; only the order of the float sums differs. Two partial sums per
 // column hide VDPBF16PS's latency when few columns share a load.
-template <int C>
+template <int C, bool kStream>
 void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_stride, float *y, int64_t ldy) {
     __m512 acc[C][2];
     for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
     int64_t p = 0;
     for (; p + 1 < n_pairs; p += 2) {
-        prefetch_block<C>(w + 64 * p, 128);
+        prefetch_block<kStream>(w + 64 * p, 128);
         const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + 64 * p);
         const __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + 64 * (p + 1));
         for (int c = 0; c < C; ++c) {
@@ -296,21 +296,21 @@ void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_str
 
 #pragma GCC diagnostic pop
 
-constexpr TileFn kBf16Tiles[9] = TOY_TILE_TABLE(bf16_tile);
+constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
 
 const KernelSet *avx512_kernels(bool with_bf16) {
-    static const KernelSet plain{"avx512", 8, 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, nullptr, true, false, prepare},
-        bf16{"avx512", 8, 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, true, true, prepare};
+    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, nullptr, true, false, prepare},
+        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kBf16Tiles, true, true, prepare};
     return with_bf16 ? &bf16 : &plain;
 }
 
 const KernelSet *amx_kernels(bool with_bf16) {
     const WideTiles *wide = amx_tiles();
     if (!wide) return nullptr;
-    static const KernelSet plain{"amx", 8, 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, nullptr, true, false, prepare, wide},
-        bf16{"amx", 8, 8, kQ8Tiles, kF16Tiles, kQ4KTiles, kQ6KTiles, kBf16Tiles, true, true, prepare, wide};
+    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, nullptr, true, false, prepare, wide},
+        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kBf16Tiles, true, true, prepare, wide};
     return with_bf16 ? &bf16 : &plain;
 }
 

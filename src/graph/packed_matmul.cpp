@@ -307,7 +307,7 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     }
     const int64_t depth = w->ne[0] / f.unit;  // a tile's units: blocks, or inputs for F16
     const size_t group_bytes = depth * f.group_unit_bytes;
-    const TileFn *tiles = tiles_for(k, w->type);
+    const Tiles *tiles = tiles_for(k, w->type);
     // AMX tiles (16 columns at a time) for the columns of a prompt
     const WideTileFn wide = k.wide && n_cols >= k.wide->cols ? wide_tiles_for(*k.wide, w->type) : nullptr;
     const auto *wbase = static_cast<const uint8_t *>(w->data);
@@ -320,6 +320,9 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     // its f16_cols) per weight load.
     constexpr int64_t kPanel = 64;
     const int64_t per_load = w->type == GGML_TYPE_F16 ? k.f16_cols : k.max_cols;
+    // all columns in one call per group (decoding, a few sequences at a
+    // time): each weight is read once, through the tiles that prefetch
+    const TileFn *fns = n_cols <= per_load ? tiles->stream : tiles->reuse;
     // With wide tiles, a panel's columns that fill them go through them
     // for kWideGroups groups at a time (whose weights stay in L2 meanwhile),
     // the rest through the set's tiles.
@@ -338,7 +341,7 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
             for (int64_t g = g0; g < g1; ++g) {
                 for (int64_t c = p_wide; c < p1; c += per_load) {
                     const int n = (int)std::min<int64_t>(per_load, p1 - c);
-                    tiles[n](wbase + g * group_bytes, depth, xbase + c * x_stride, x_stride, y + c * n_out + g * kRows, n_out);
+                    fns[n](wbase + g * group_bytes, depth, xbase + c * x_stride, x_stride, y + c * n_out + g * kRows, n_out);
                 }
             }
         }
