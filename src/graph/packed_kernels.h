@@ -95,7 +95,7 @@ inline void prefetch_ahead(const uint8_t *p, size_t bytes) {
 // of a tile: decoding, a few sequences at a time) asks for the bytes ahead
 // of w. One that takes the columns 8 at a time reads each group's weights
 // again from the cache and leaves the prefetches out (they cost its prompts
-// 2-9%, and gain 16-54% streaming 3-8 columns; BENCHMARKS.md).
+// 2-9%, and gain 10-72% streaming 3-8 columns; BENCHMARKS.md).
 template <bool kStream>
 inline void prefetch_block(const uint8_t *w, size_t bytes) {
     if constexpr (kStream) prefetch_ahead(w, bytes);
