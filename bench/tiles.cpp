@@ -176,7 +176,8 @@ int main(int argc, char **argv) {
     for (int c = 0; c < columns; ++c) k->prepare(form, xf.data(), n_in, x.data() + c * x_stride);
     std::vector<float> y(n_out * columns);
     // streamed weights through the tiles that prefetch; hot ones (MIB 0) through those that do not
-    const TileFn *tiles = mib > 0 ? tiles_for(*k, type)->stream : tiles_for(*k, type)->reuse;
+    const Tiles &type_tiles = *tiles_for(*k, type);
+    const TileFn *tiles = mib > 0 ? type_tiles.stream : type_tiles.reuse;
     const int64_t depth = n_in / unit;
     const size_t group = one / (n_out / kRows);
     TileState saved;

@@ -3,27 +3,16 @@
 #pragma once
 
 #include "model/init.h"
-
-#include <unistd.h>
+#include "test_util.h"
 
 #include <filesystem>
 #include <string>
 
 namespace toy::test {
 
-// The process's scratch directory, removed when it exits (by the process
-// that made it, not by a forked child).
+// The process's scratch directory, shared by its tests and removed when it exits.
 inline const std::filesystem::path &scratch_dir() {
-    struct Scratch {
-        const pid_t owner = getpid();
-        const std::filesystem::path path = std::filesystem::temp_directory_path() / ("toy_train_test_" + std::to_string(owner));
-        Scratch() { std::filesystem::create_directories(path); }
-        ~Scratch() {
-            std::error_code ec;
-            if (getpid() == owner) std::filesystem::remove_all(path, ec);
-        }
-    };
-    static const Scratch scratch;
+    static const TempDir scratch;
     return scratch.path;
 }
 
