@@ -22,6 +22,9 @@
 #     llama.cpp's tools linked against the same ggml); sets ROOFLINE's default to 0
 #     (the probe measures the CPU's memory)
 #   BUILD_TOY [1]: 0 uses $BUILD_DIR/toy as it is (a build made elsewhere)
+#   TOY_AMX [on]: off runs toy with the shim of LLAMA's "off" (below): its AMX tiles and
+#     ggml's AMX buffer both unavailable, so an AMX CPU stands in for an AVX-512 one
+#     (toy's AVX-512 set takes every type it packs, as on Zen 4)
 #   LLAMA [AMX CPUs: "off fixed"; others: "on"]: which llama.cpp builds to compare with, any of
 #     off    the reference build with its AMX weight buffers disabled (below)
 #     on     the reference build as it is (on AMX CPUs its quantized prompts
@@ -75,6 +78,8 @@ ROUNDS=${ROUNDS:-2}
 NGL=${NGL:-}
 if [ -n "$NGL" ]; then ROOFLINE=${ROOFLINE:-0}; else ROOFLINE=${ROOFLINE:-1}; fi
 BUILD_TOY=${BUILD_TOY:-1}
+TOY_AMX=${TOY_AMX:-on}
+case $TOY_AMX in on | off) ;; *) echo "compare: TOY_AMX: expected on or off, got '$TOY_AMX'" >&2; exit 1 ;; esac
 ONESHOTS=${ONESHOTS:-3}
 read -r -a TOY_EXTRA <<< "${TOY_FLAGS:-}"
 # flags both engines take the same way (the GPU offload)
@@ -123,9 +128,9 @@ for cfg in $IK; do
   [ -x "$IK_DIR/build/bin/llama-bench" ] ||
     { echo "compare: IK=$IK but $IK_DIR/build/bin/llama-bench is missing (../shared/tools/build-ik-llama-reference.sh)" >&2; exit 1; }
 done
-log "CPU: $CPU_NAME; AMX: $CPU_AMX;${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
+log "CPU: $CPU_NAME; AMX: $CPU_AMX;${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy (AMX $TOY_AMX), llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
 mkdir -p "$RESULTS_DIR"
-if [[ " $LLAMA " == *" off "* ]]; then
+if [[ " $LLAMA " == *" off "* ]] || [ "$TOY_AMX" = off ]; then
   cat > "$RESULTS_DIR/no_amx.c" <<'C'
 /* Fails ggml's AMX permission request; every other syscall() passes through. */
 #define _GNU_SOURCE
@@ -154,6 +159,9 @@ if [[ " $LLAMA " == *" fixed "* ]] &&
   cmake -S "$REF_DIR/llama.cpp" -B "$FIXED_DIR/build" "${LLAMA_FIXED_OPTIONS[@]}" >&2
   cmake --build "$FIXED_DIR/build" --target llama-bench llama-completion -j"$(nproc)" >&2
 fi
+# toy as compare runs it (TOY_AMX=off: with the shim)
+TOY_CMD=("$TOY")
+[ "$TOY_AMX" = off ] && TOY_CMD=(env "LD_PRELOAD=$RESULTS_DIR/no_amx.so" "$TOY")
 # llama_cmd CFG TOOL: the command line prefix that runs TOOL of build CFG
 llama_cmd() {
   case $1 in
@@ -184,8 +192,8 @@ fi
   echo "date: $(date -u +%FT%TZ)"
   echo "cpu: $CPU_NAME, $(nproc) cpus, AMX: $CPU_AMX, flags: $CPU_FLAGS"
   [ -n "$GPU_NAME" ] && echo "gpu: $GPU_NAME"
-  echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" NGL=\"$NGL\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
-  echo "toy: $("$TOY" --version)"
+  echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" TOY_AMX=$TOY_AMX IK=\"$IK\" NGL=\"$NGL\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
+  echo "toy: $("$TOY" --version), AMX: $TOY_AMX ($("${TOY_CMD[@]}" devices 2>/dev/null | grep -o 'toy kernels: [a-z0-9]*' | head -1))"
   echo "load average at start: $(cat /proc/loadavg)"
 } > "$RESULTS_DIR/settings.txt"
 
@@ -195,7 +203,7 @@ DEPTH_ARGS=()
 run_toy_bench() {  # model out
   local extra=()
   [ "$ROOFLINE" = 1 ] && extra+=(--roofline)
-  "$TOY" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" "${DEPTH_ARGS[@]}" -r "$REPS" --json "${extra[@]}" "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" \
+  "${TOY_CMD[@]}" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" "${DEPTH_ARGS[@]}" -r "$REPS" --json "${extra[@]}" "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" \
     > "$2" 2> "$2.log" || { log "toy bench failed on $1 (see $2.log)"; rm -f "$2"; }
 }
 run_llama_bench() {  # cfg model out
@@ -213,7 +221,7 @@ run_llama_bench() {  # cfg model out
   fi
 }
 oneshot_toy() {  # model out
-  /usr/bin/time -v -o "$2.time" "$TOY" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
+  /usr/bin/time -v -o "$2.time" "${TOY_CMD[@]}" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
     { log "toy run failed on $1 (see $2.log)"; rm -f "$2.time"; }
 }
 oneshot_llama() {  # cfg model out
@@ -254,14 +262,15 @@ done
 echo "load average at end: $(cat /proc/loadavg)" >> "$RESULTS_DIR/settings.txt"
 
 # ---- table ----
-python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA $IK" "$CPU_NAME" "$CPU_AMX" "$GPU_NAME" "$NGL" <<'PY'
+python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA $IK" "$CPU_NAME" "$CPU_AMX" "$GPU_NAME" "$NGL" "$TOY_AMX" <<'PY'
 import glob, json, re, statistics, sys
 
 res_dir, models, builds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 LABEL = {"off": "llama.cpp AMX off", "on": "llama.cpp", "fixed": "llama.cpp AMX fixed",
          "ik": "ik_llama.cpp", "ik-rtr": "ik_llama.cpp -rtr 1"}
 print(f"CPU: {sys.argv[4]} (AMX: {sys.argv[5]})" + (f"; GPU: {sys.argv[6]}" if sys.argv[6] else "") +
-      (f"; -ngl {sys.argv[7]} for both engines" if sys.argv[7] else ""))
+      (f"; -ngl {sys.argv[7]} for both engines" if sys.argv[7] else "") +
+      ("; toy with AMX off (its AVX-512 set, as on a CPU without AMX)" if sys.argv[8] == "off" else ""))
 print()
 
 def load_json(path):
@@ -381,4 +390,4 @@ if roof_lines:
         row(l)
 PY
 echo
-echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" IK=\"$IK\" NGL=\"$NGL\"; raw results in $RESULTS_DIR"
+echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" TOY_AMX=$TOY_AMX IK=\"$IK\" NGL=\"$NGL\"; raw results in $RESULTS_DIR"
