@@ -492,7 +492,9 @@ TEST(Model, F16AndKQuantMatricesTakeToysKernelBeforeAmx) {
             EXPECT_NE(std::string(ggml_backend_buffer_name(t->buffer)), "AMX") << fixture << ": " << ggml_get_name(t);
             packed += m->weights().is_packed(t);
         }
-        if (std::string_view(fixture).find("q8_0") == std::string_view::npos || toys_amx) EXPECT_GT(packed, 0) << fixture;
+        if (std::string_view(fixture).find("q8_0") == std::string_view::npos || toys_amx) {
+            EXPECT_GT(packed, 0) << fixture;
+        }
     }
 }
 
@@ -553,6 +555,19 @@ TEST(Model, HugePagesChangeNoLogits) {
     EXPECT_FALSE(want_huge_pages(HugePages::Off));
     // auto decides once per process and keeps its answer
     EXPECT_EQ(want_huge_pages(HugePages::Auto), want_huge_pages(HugePages::Auto));
+}
+
+// A short run (toy run -n below kShortRunTokens) keeps 4 KiB pages under
+// auto on a VM that hands free memory back to its host, where loading onto
+// huge pages costs more than their faster decoding wins back; elsewhere, and
+// for on and off, the run's length changes nothing.
+TEST(Model, HugePagesAutoKeepsSmallPagesForShortRunsOnReportingVms) {
+    EXPECT_TRUE(want_huge_pages(HugePages::On, 1));
+    EXPECT_FALSE(want_huge_pages(HugePages::Off, 1000));
+    const bool long_run = want_huge_pages(HugePages::Auto, -1);
+    EXPECT_EQ(want_huge_pages(HugePages::Auto, kShortRunTokens), long_run);
+    EXPECT_EQ(want_huge_pages(HugePages::Auto, 1), free_pages_go_to_host() ? false : long_run);
+    EXPECT_EQ(want_huge_pages(HugePages::Auto, 0), want_huge_pages(HugePages::Auto, kShortRunTokens - 1));
 }
 
 // The probe behind --hugepages auto on VMs that report free pages maps,

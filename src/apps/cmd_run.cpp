@@ -91,7 +91,7 @@ int run_generate(const RunOptions &o) {
     if (o.n_probs < 0) fail("--n-probs: expected a count >= 0 (0: none), found {}", o.n_probs);
 
     const auto t_load = Clock::now();
-    auto model = o.model.load();
+    auto model = o.model.load(o.n_predict);  // a short run may keep 4 KiB pages (LoadOptions::decode_tokens)
     double load_ms = ms_since(t_load);
 
     // prompt -> ids

@@ -135,9 +135,11 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack / packed Q8_0 copies; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (and gate and up): no fusing at load");
     app.add_option("--hugepages", hugepages,
-                   "transparent huge pages for copied weights, with the matrices that would stay mapped copied onto them too: "
-                   "on, off, auto (on, unless a VM hands free memory back to its host and a probe finds 2 MiB pages "
-                   "fault in slower than 4 KiB ones)");
+                   fmt::format("transparent huge pages for copied weights, with the matrices that would stay mapped copied "
+                               "onto them too: on, off, auto (on, unless a VM hands free memory back to its host and either "
+                               "a probe finds 2 MiB pages fault in slower than 4 KiB ones or toy run decodes fewer than {} "
+                               "tokens)",
+                               kShortRunTokens));
     app.add_option("--pack-cache", pack_cache,
                    "keep the matrices packed for toy's CPU kernels in this directory (one file per model and "
                    "options, about the model's size) and map them from there on later loads: no packing, "
@@ -157,8 +159,9 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     split.add_to(app);
 }
 
-LoadOptions ModelFlags::load_options() const {
+LoadOptions ModelFlags::load_options(int64_t decode_tokens) const {
     LoadOptions o;
+    o.decode_tokens = decode_tokens;
     o.use_mmap = !no_mmap;
     o.repack = !no_repack;
     o.fuse = !no_fuse;
@@ -198,8 +201,8 @@ SessionOptions ModelFlags::session_options(int threads, const std::string &fa, c
     return o;
 }
 
-std::unique_ptr<Model> ModelFlags::load() const {
-    auto model = Model::load(model_path, load_options());
+std::unique_ptr<Model> ModelFlags::load(int64_t decode_tokens) const {
+    auto model = Model::load(model_path, load_options(decode_tokens));
     if (model->split().offloads()) std::fprintf(stderr, "toy: split: %s\n", model->split().describe().c_str());
     loras_ = lora.load(*model);
     return model;

@@ -73,7 +73,8 @@ struct ModelFlags {
     SplitFlags split;
 
     void add_to(CLI::App &app, bool with_trace = true);
-    LoadOptions load_options() const;
+    // decode_tokens: what the command means to decode (LoadOptions), -1 unknown
+    LoadOptions load_options(int64_t decode_tokens = -1) const;
     // Sessions made with these options apply the adapters load() loaded.
     SessionOptions session_options() const;
     // The same with other threads, flash attention and cache types (toy
@@ -82,7 +83,7 @@ struct ModelFlags {
                                    const std::string &type_v) const;
     // The model, and the adapters of --lora / --lora-scaled checked against
     // it; they live as long as these flags.
-    std::unique_ptr<Model> load() const;
+    std::unique_ptr<Model> load(int64_t decode_tokens = -1) const;
 
 private:
     mutable LoraSet loras_;

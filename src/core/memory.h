@@ -10,6 +10,12 @@ namespace toy {
 // size, or 2 MiB for huge pages.
 void advise_whole_blocks(const void *p, size_t n, size_t block, int advice);
 
+// Whether this is a VM whose virtio memory balloon reports free pages to the
+// host (VIRTIO_BALLOON_F_REPORTING): freed blocks of 2 MiB and more go back,
+// so fresh huge pages, made of exactly those, cost the host 512 page faults
+// each on first touch.
+bool free_pages_go_to_host();
+
 // Seconds to fault in `n` bytes of a fresh anonymous mapping (2 MiB-aligned)
 // for each entry of `huge`, in order: advised into transparent huge pages, or
 // kept to 4 KiB pages; negative where the mapping fails. What the first touch

@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include <sys/mman.h>
@@ -96,31 +95,17 @@ std::vector<ggml_backend_buffer_type_t> cpu_extra_bufts() {
 // its bytes are written: loading takes one page fault per 2 MiB instead of per
 // 4 KiB, and decoding, which streams every weight once per token, crosses far
 // fewer page boundaries (hardware prefetchers stop at each) and TLB entries:
-// tg +7-9% on Llama-3.2-1B Q4_K_M and SmolLM2 F16 (BENCHMARKS.md). Advice
-// only; nothing changes where THP is off.
+// tg +25-32% on Llama-3.2-1B Q4_K_M and SmolLM2 F16 on an AMX Xeon VM with
+// the prefetching tiles (BENCHMARKS.md). Advice only; nothing changes where
+// THP is off.
 // For buffers of the CPU device (AMX and repack buffers are not "host" to
 // ggml, as their layout is private, but live in CPU memory all the same).
-// `mode` is asked only when there is a buffer: a load that copies nothing
-// never runs auto's probe.
-void advise_huge_pages(ggml_backend_buffer_t buf, HugePages mode) {
-    if (buf && want_huge_pages(mode)) {
+// The options are asked only when there is a buffer: a load that copies
+// nothing never runs auto's probe.
+void advise_huge_pages(ggml_backend_buffer_t buf, const LoadOptions &opts) {
+    if (buf && want_huge_pages(opts.huge_pages, opts.decode_tokens)) {
         advise_whole_blocks(ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf), 2u << 20, MADV_HUGEPAGE);
     }
-}
-
-// A virtio memory balloon that reports free pages to the host (feature bit 5,
-// VIRTIO_BALLOON_F_REPORTING): the guest hands back free blocks of 2 MiB and
-// more, exactly what huge pages are then made of, so each one costs the host
-// 512 page faults on first touch.
-bool free_pages_go_to_host() {
-    std::error_code ec;
-    for (const auto &dev : std::filesystem::directory_iterator("/sys/bus/virtio/devices", ec)) {
-        std::ifstream id(dev.path() / "device"), features(dev.path() / "features");
-        std::string device, bits;
-        if (!(id >> device) || device != "0x0005" || !(features >> bits)) continue;
-        if (bits.size() > 5 && bits[5] == '1') return true;
-    }
-    return false;
 }
 
 // On a VM that hands free memory back to its host, whether fresh 2 MiB pages
@@ -426,7 +411,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     for (const Plan &p : plans) streamed_bytes += streamed(p) ? ggml_nbytes(p.t) : 0;
     if (streamed_bytes > 0 && opts.repack) {
         const size_t available = available_memory_bytes();
-        if (available > 0 && streamed_bytes <= available / 2 && want_huge_pages(opts.huge_pages)) {
+        if (available > 0 && streamed_bytes <= available / 2 && want_huge_pages(opts.huge_pages, opts.decode_tokens)) {
             for (Plan &p : plans) {
                 if (streamed(p)) p.zero_copy = false;
             }
@@ -480,7 +465,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
         if (!buf) fail("{}: could not allocate {} bytes for {} weights", f.path(), size, ggml_backend_buft_name(buft));
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        if (!device) advise_huge_pages(buf, opts.huge_pages);
+        if (!device) advise_huge_pages(buf, opts);
         (device ? m->device_bufs_ : m->extra_bufs_).push_back(buf);
         ggml_tallocr alloc = ggml_tallocr_new(buf);
         for (const Plan &p : plans) {
@@ -510,7 +495,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     } else if (packed_size > 0) {
         m->packed_buf_ = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), packed_size);
         if (!m->packed_buf_) fail("{}: could not allocate {} bytes for packed weights", f.path(), packed_size);
-        advise_huge_pages(m->packed_buf_, opts.huge_pages);
+        advise_huge_pages(m->packed_buf_, opts);
         m->packed_cached_ = cache && cache->read_into(ggml_backend_buffer_get_base(m->packed_buf_));
     }
     if (m->packed_buf_) {
@@ -527,7 +512,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     m->copy_buf_ = ggml_backend_alloc_ctx_tensors_from_buft(m->ctx_, ggml_backend_cpu_buffer_type());
     if (m->copy_buf_) {
         ggml_backend_buffer_set_usage(m->copy_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        advise_huge_pages(m->copy_buf_, opts.huge_pages);
+        advise_huge_pages(m->copy_buf_, opts);
     }
     // Fill the copies largest first, releasing each source's mapped pages
     // right after: the peak resident set is then the copies plus at most one
@@ -583,9 +568,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     return m;
 }
 
-bool want_huge_pages(HugePages mode) {
+bool want_huge_pages(HugePages mode, int64_t decode_tokens) {
     if (mode != HugePages::Auto) return mode == HugePages::On;
-    static const bool cheap = !free_pages_go_to_host() || huge_pages_fault_in_cheaply();
+    static const bool host_takes_free = free_pages_go_to_host();
+    if (host_takes_free && decode_tokens >= 0 && decode_tokens < kShortRunTokens) return false;
+    static const bool cheap = !host_takes_free || huge_pages_fault_in_cheaply();
     return cheap;
 }
 

@@ -58,6 +58,14 @@ struct LoadOptions {
     // in again (loading took 0.7-1.7 s longer on one such VM; on another,
     // huge pages faulted in faster and decoding gained 4-20%).
     HugePages huge_pages = HugePages::Auto;
+    // How many tokens the caller means to decode (toy run -n), -1 for
+    // unknown or unbounded. On a VM that hands free memory back to its host,
+    // auto keeps 4 KiB pages for a run of fewer than kShortRunTokens: there
+    // huge pages cost more at load than they save (Llama-3.2-1B Q4_K_M on
+    // an AMX Xeon VM: a load of 1.4-1.7 s against 0.5-0.6 s, which their
+    // faster decoding, 32 against 24 t/s, wins back only after 80-105
+    // tokens; BENCHMARKS.md).
+    int64_t decode_tokens = -1;
     // A directory that keeps the matrices packed for toy's kernels between
     // loads (model/pack_cache.h): empty for none. The first load packs and
     // writes a file there; later loads of the same model with the same
@@ -68,8 +76,12 @@ struct LoadOptions {
     SplitOptions split;
 };
 
-// Whether `mode` asks for huge pages on this machine.
-bool want_huge_pages(HugePages mode);
+// A run that decodes fewer tokens than this is short (LoadOptions::decode_tokens).
+constexpr int64_t kShortRunTokens = 64;
+
+// Whether huge pages are asked for on this machine: by `mode`, and for
+// auto, for a run that decodes `decode_tokens` (-1: unknown).
+bool want_huge_pages(HugePages mode, int64_t decode_tokens = -1);
 
 class Model {
 public:
