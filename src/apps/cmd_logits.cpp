@@ -24,7 +24,13 @@ void write_floats(const std::string &path, const std::vector<float> &v) {
 
 int run_logits(const LogitsOptions &o) {
     if (o.output.empty()) fail("-o: an output file is required");
-    auto model = o.model.load();
+    std::vector<int32_t> ids;
+    if (o.dump_weight.empty()) {
+        ids = parse_id_list(o.tokens, "--tokens");
+        if (ids.empty()) fail("--tokens: expected at least one token id");
+    }
+    // one batch decodes nothing; --stepwise one token at a time
+    auto model = o.model.load(o.stepwise ? (int64_t)ids.size() : 0);
     if (!o.dump_weight.empty()) {
         std::array<int64_t, 4> ne{};
         std::vector<float> w = model->read_weight(o.dump_weight, &ne);
@@ -33,8 +39,6 @@ int run_logits(const LogitsOptions &o) {
                      (long long)ne[0], (long long)ne[1], (long long)ne[2], (long long)ne[3], o.output.c_str());
         return 0;
     }
-    std::vector<int32_t> ids = parse_id_list(o.tokens, "--tokens");
-    if (ids.empty()) fail("--tokens: expected at least one token id");
     Session session(*model, o.model.session_options());
     print_notes(session);
     std::vector<float> all;

@@ -58,7 +58,7 @@ struct LoadOptions {
     // in again (loading took 0.7-1.7 s longer on one such VM; on another,
     // huge pages faulted in faster and decoding gained 4-20%).
     HugePages huge_pages = HugePages::Auto;
-    // How many tokens the caller means to decode (toy run -n), -1 for
+    // How many tokens the caller means to decode (toy run -n, toy logits), -1 for
     // unknown or unbounded. On a VM that hands free memory back to its host,
     // auto keeps 4 KiB pages for a run of fewer than kShortRunTokens: there
     // huge pages cost more at load than they save (Llama-3.2-1B Q4_K_M on
