@@ -22,6 +22,10 @@
 #     llama.cpp's tools linked against the same ggml); sets ROOFLINE's default to 0
 #     (the probe measures the CPU's memory)
 #   BUILD_TOY [1]: 0 uses $BUILD_DIR/toy as it is (a build made elsewhere)
+#   TOY_ALT [""], TOY_ALT_ENV [""]: a second configuration of toy measured as one more engine
+#     in the same rounds: its flags (e.g. "--weight-type bf16", against ik_llama.cpp's -rtr 1
+#     on F16) and environment (e.g. "TOY_PREFETCH=1024,4096", another prefetch plan); either
+#     set adds it ("toy alt" in the tables)
 #   TOY_AMX [on]: off runs toy with the shim of LLAMA's "off" (below): its AMX tiles and
 #     ggml's AMX buffer both unavailable, so an AMX CPU stands in for an AVX-512 one
 #     (toy's AVX-512 set takes every type it packs, as on Zen 4)
@@ -79,6 +83,10 @@ NGL=${NGL:-}
 if [ -n "$NGL" ]; then ROOFLINE=${ROOFLINE:-0}; else ROOFLINE=${ROOFLINE:-1}; fi
 BUILD_TOY=${BUILD_TOY:-1}
 TOY_AMX=${TOY_AMX:-on}
+read -r -a TOY_ALT_FLAGS <<< "${TOY_ALT:-}"
+read -r -a TOY_ALT_VARS <<< "${TOY_ALT_ENV:-}"
+ALT=""
+[ -n "${TOY_ALT:-}${TOY_ALT_ENV:-}" ] && ALT=alt
 case $TOY_AMX in on | off) ;; *) echo "compare: TOY_AMX: expected on or off, got '$TOY_AMX'" >&2; exit 1 ;; esac
 ONESHOTS=${ONESHOTS:-3}
 read -r -a TOY_EXTRA <<< "${TOY_FLAGS:-}"
@@ -128,7 +136,7 @@ for cfg in $IK; do
   [ -x "$IK_DIR/build/bin/llama-bench" ] ||
     { echo "compare: IK=$IK but $IK_DIR/build/bin/llama-bench is missing (../shared/tools/build-ik-llama-reference.sh)" >&2; exit 1; }
 done
-log "CPU: $CPU_NAME; AMX: $CPU_AMX;${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy (AMX $TOY_AMX), llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
+log "CPU: $CPU_NAME; AMX: $CPU_AMX;${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy (AMX $TOY_AMX)${ALT:+, toy alt (${TOY_ALT_ENV:-} ${TOY_ALT:-})}, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
 mkdir -p "$RESULTS_DIR"
 if [[ " $LLAMA " == *" off "* ]] || [ "$TOY_AMX" = off ]; then
   cat > "$RESULTS_DIR/no_amx.c" <<'C'
@@ -192,7 +200,7 @@ fi
   echo "date: $(date -u +%FT%TZ)"
   echo "cpu: $CPU_NAME, $(nproc) cpus, AMX: $CPU_AMX, flags: $CPU_FLAGS"
   [ -n "$GPU_NAME" ] && echo "gpu: $GPU_NAME"
-  echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" TOY_AMX=$TOY_AMX IK=\"$IK\" NGL=\"$NGL\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
+  echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" TOY_AMX=$TOY_AMX TOY_ALT=\"${TOY_ALT:-}\" TOY_ALT_ENV=\"${TOY_ALT_ENV:-}\" IK=\"$IK\" NGL=\"$NGL\" TOY_FLAGS=\"${TOY_FLAGS:-}\""
   echo "toy: $("$TOY" --version), AMX: $TOY_AMX ($("${TOY_CMD[@]}" devices 2>/dev/null | grep -o 'toy kernels: [a-z0-9]*' | head -1))"
   echo "load average at start: $(cat /proc/loadavg)"
 } > "$RESULTS_DIR/settings.txt"
@@ -200,10 +208,11 @@ fi
 # ---- runs ----
 DEPTH_ARGS=()
 [ "$DEPTH" != 0 ] && DEPTH_ARGS=(-d "$DEPTH")
-run_toy_bench() {  # model out
-  local extra=()
+run_toy_bench() {  # model out [alt]
+  local extra=() vars=()
   [ "$ROOFLINE" = 1 ] && extra+=(--roofline)
-  "${TOY_CMD[@]}" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" "${DEPTH_ARGS[@]}" -r "$REPS" --json "${extra[@]}" "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" \
+  [ "${3:-}" = alt ] && extra+=("${TOY_ALT_FLAGS[@]}") && vars=("${TOY_ALT_VARS[@]}")
+  env "${vars[@]}" "${TOY_CMD[@]}" bench -m "$1" -t "$THREADS" -p "$PP" -n "$TG" "${DEPTH_ARGS[@]}" -r "$REPS" --json "${extra[@]}" "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" \
     > "$2" 2> "$2.log" || { log "toy bench failed on $1 (see $2.log)"; rm -f "$2"; }
 }
 run_llama_bench() {  # cfg model out
@@ -220,8 +229,11 @@ run_llama_bench() {  # cfg model out
       { log "llama-bench ($1) -p 0 failed on $2 too"; rm -f "$3"; }
   fi
 }
-oneshot_toy() {  # model out
-  /usr/bin/time -v -o "$2.time" "${TOY_CMD[@]}" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" > "$2" 2> "$2.log" ||
+oneshot_toy() {  # model out [alt]
+  local extra=() vars=()
+  [ "${3:-}" = alt ] && extra+=("${TOY_ALT_FLAGS[@]}") && vars=("${TOY_ALT_VARS[@]}")
+  /usr/bin/time -v -o "$2.time" env "${vars[@]}" "${TOY_CMD[@]}" run -m "$1" -t "$THREADS" -c 512 -p "$PROMPT" -n 1 --json \
+    "${OFFLOAD[@]}" "${TOY_EXTRA[@]}" "${extra[@]}" > "$2" 2> "$2.log" ||
     { log "toy run failed on $1 (see $2.log)"; rm -f "$2.time"; }
 }
 oneshot_llama() {  # cfg model out
@@ -236,18 +248,20 @@ round_of() {  # path tag round engine...
   shift 3
   for e in "$@"; do
     if [ "$e" = toy ]; then run_toy_bench "$path" "$RESULTS_DIR/$tag.toy.$round.json"
+    elif [ "$e" = alt ]; then run_toy_bench "$path" "$RESULTS_DIR/$tag.toy-alt.$round.json" alt
     else run_llama_bench "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.json"; fi
   done
   local k
   for ((k = 1; k <= ONESHOTS; k++)); do
     for e in "$@"; do
       if [ "$e" = toy ]; then oneshot_toy "$path" "$RESULTS_DIR/$tag.toy-oneshot.$round.$k"
+      elif [ "$e" = alt ]; then oneshot_toy "$path" "$RESULTS_DIR/$tag.toy-alt-oneshot.$round.$k" alt
       elif [[ $e != ik* ]]; then oneshot_llama "$e" "$path" "$RESULTS_DIR/$tag.llama-$e-oneshot.$round.$k"; fi
     done
   done
 }
 
-engines=(toy $LLAMA $IK)
+engines=(toy $ALT $LLAMA $IK)
 reversed=()
 for ((i = ${#engines[@]} - 1; i >= 0; i--)); do reversed+=("${engines[i]}"); done
 for spec in $MODELS; do
@@ -262,12 +276,14 @@ done
 echo "load average at end: $(cat /proc/loadavg)" >> "$RESULTS_DIR/settings.txt"
 
 # ---- table ----
-python3 - "$RESULTS_DIR" "$MODELS" "$LLAMA $IK" "$CPU_NAME" "$CPU_AMX" "$GPU_NAME" "$NGL" "$TOY_AMX" <<'PY'
+python3 - "$RESULTS_DIR" "$MODELS" "$ALT $LLAMA $IK" "$CPU_NAME" "$CPU_AMX" "$GPU_NAME" "$NGL" "$TOY_AMX" "${TOY_ALT_ENV:-} ${TOY_ALT:-}" <<'PY'
 import glob, json, re, statistics, sys
 
 res_dir, models, builds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 LABEL = {"off": "llama.cpp AMX off", "on": "llama.cpp", "fixed": "llama.cpp AMX fixed",
-         "ik": "ik_llama.cpp", "ik-rtr": "ik_llama.cpp -rtr 1"}
+         "ik": "ik_llama.cpp", "ik-rtr": "ik_llama.cpp -rtr 1", "alt": f"toy {sys.argv[9].strip()}"}
+# where each engine's results are (toy alt: beside toy's)
+TOOL = lambda b: "toy-alt" if b == "alt" else f"llama-{b}"
 print(f"CPU: {sys.argv[4]} (AMX: {sys.argv[5]})" + (f"; GPU: {sys.argv[6]}" if sys.argv[6] else "") +
       (f"; -ngl {sys.argv[7]} for both engines" if sys.argv[7] else "") +
       ("; toy with AMX off (its AVX-512 set, as on a CPU without AMX)" if sys.argv[8] == "off" else ""))
@@ -342,7 +358,7 @@ roof_lines = []
 for spec in models:
     tag = spec.replace(":", ".")
     toy, roof = pooled(tag, "toy")
-    refs = {b: pooled(tag, f"llama-{b}")[0] for b in builds}
+    refs = {b: pooled(tag, TOOL(b))[0] for b in builds}
     names = set(toy)
     for r in refs.values():
         names |= set(r)
@@ -376,7 +392,7 @@ f = lambda v, s=1.0: f"{v / s:.0f}" if v else "n/a"
 for spec in models:
     tag = spec.replace(":", ".")
     tw, tr = oneshot(tag, "toy")
-    ref = {b: oneshot(tag, f"llama-{b}") for b in once}
+    ref = {b: oneshot(tag, TOOL(b)) for b in once}
     cells = [spec, f(tw)] + [f(ref[b][0]) for b in once] + [ratio(tw, ref[b][0]) for b in once]
     cells += [f(tr, 2**20)] + [f(ref[b][1], 2**20) for b in once] + [ratio(tr, ref[b][1]) for b in once]
     row(cells)
@@ -390,4 +406,4 @@ if roof_lines:
         row(l)
 PY
 echo
-echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" TOY_AMX=$TOY_AMX IK=\"$IK\" NGL=\"$NGL\"; raw results in $RESULTS_DIR"
+echo "settings: THREADS=$THREADS PP=$PP TG=$TG DEPTH=$DEPTH REPS=$REPS ROUNDS=$ROUNDS ONESHOTS=$ONESHOTS LLAMA=\"$LLAMA\" TOY_AMX=$TOY_AMX TOY_ALT=\"${TOY_ALT:-}\" TOY_ALT_ENV=\"${TOY_ALT_ENV:-}\" IK=\"$IK\" NGL=\"$NGL\"; raw results in $RESULTS_DIR"
