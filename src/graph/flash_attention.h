@@ -20,11 +20,11 @@ namespace toy::graph {
 
 // Fewer than 16 queries (decoding) skip the tiles: the cells are split into
 // runs of at most 256 (at least 16 runs x KV heads, for the threads), and
-// each run's K and V rows are converted to F32 once for all the queries and
-// query heads of their group (a second op merges the runs' partial
-// softmaxes), V summed in F32 (ggml's decoding sums it in F16). The cache
-// rows are prefetched in software: at 2048 cells SmolLM2 decoded at 40 t/s
-// reading them once per head without prefetch, 70 t/s so.
+// each run's K and V rows are read from the cache once per four query heads
+// of their group (a second op merges the runs' partial softmaxes), V summed
+// in F32 (ggml's decoding sums it in F16). The cache rows are prefetched in
+// software: at 2048 cells SmolLM2 decoded at 40 t/s reading them once per
+// head without prefetch, 70 t/s so.
 //
 // Whether toy's kernel takes this attention: toy runs a kernel set on this
 // CPU (AVX-512 or AVX2, the packed matmuls' choice: TOY_PACKED_KERNELS), K and V are F16 or
