@@ -110,7 +110,7 @@ int run_generate(const RunOptions &o) {
     Session session(*model, o.model.session_options());
     print_notes(session);
     const auto t_draft = Clock::now();
-    const std::unique_ptr<Speculator> spec = o.draft.make(session, o.model);
+    const std::unique_ptr<Speculator> spec = o.draft.make(session, o.model, o.n_predict);
     load_ms += ms_since(t_draft);  // a draft model's load counts as loading
     const int64_t n_ctx = session.n_ctx();
     if ((int64_t)prompt.size() > n_ctx) fail("the prompt has {} tokens but the context holds {} (raise -c)", prompt.size(), n_ctx);

@@ -14,6 +14,8 @@
 #include "runtime/devices.h"
 #include "runtime/kv_cache.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 
@@ -222,21 +224,23 @@ void DraftFlags::add_to(CLI::App &app) {
                    "context's last N tokens (0: off)");
 }
 
-std::unique_ptr<Drafter> DraftFlags::make_drafter(const Model &target, int64_t n_ctx, const ModelFlags &flags) const {
+std::unique_ptr<Drafter> DraftFlags::make_drafter(const Model &target, int64_t n_ctx, const ModelFlags &flags,
+                                                  int64_t target_tokens) const {
     check_draft_params(params);
     if (lookup_ngram < 0) fail("--lookup-ngram: expected an n-gram size from 1 to 64 (0: off), found {}", lookup_ngram);
     if (!model_path.empty() && lookup_ngram > 0) fail("--model-draft and --lookup-ngram: choose one drafter");
     if (lookup_ngram > 0) return std::make_unique<PromptLookup>(lookup_ngram);
     if (model_path.empty()) return nullptr;
-    model_ = Model::load(model_path, flags.load_options());
+    const int64_t draft_tokens = target_tokens < 0 ? -1 : std::min<int64_t>(target_tokens, INT32_MAX) * params.n_max;
+    model_ = Model::load(model_path, flags.load_options(draft_tokens));
     check_same_vocab(target, *model_);
     SessionOptions so = flags.session_options();
     so.n_ctx = n_ctx;  // the draft follows the same context (its own default could be smaller)
     return std::make_unique<DraftModel>(*model_, so, params.p_min);
 }
 
-std::unique_ptr<Speculator> DraftFlags::make(Session &target, const ModelFlags &flags) const {
-    std::unique_ptr<Drafter> drafter = make_drafter(target.model(), target.n_ctx(), flags);
+std::unique_ptr<Speculator> DraftFlags::make(Session &target, const ModelFlags &flags, int64_t target_tokens) const {
+    std::unique_ptr<Drafter> drafter = make_drafter(target.model(), target.n_ctx(), flags, target_tokens);
     return drafter ? std::make_unique<Speculator>(target, std::move(drafter), params) : nullptr;
 }
 

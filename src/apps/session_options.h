@@ -101,10 +101,14 @@ struct DraftFlags {
     // The speculator for the target's session, or null when no drafter is
     // asked for. Loads the draft model (kept with these flags) with the
     // target's load and session options, checked to share its vocabulary.
-    std::unique_ptr<Speculator> make(Session &target, const ModelFlags &flags) const;
+    // target_tokens: what the target means to decode (-1: unknown); the
+    // draft model decodes at most --draft-max tokens for each of them, which
+    // is what its load is told (LoadOptions::decode_tokens).
+    std::unique_ptr<Speculator> make(Session &target, const ModelFlags &flags, int64_t target_tokens = -1) const;
     // The drafter alone (toy serve batches the target itself), or null. A
     // draft model's session gets n_ctx cells.
-    std::unique_ptr<Drafter> make_drafter(const Model &target, int64_t n_ctx, const ModelFlags &flags) const;
+    std::unique_ptr<Drafter> make_drafter(const Model &target, int64_t n_ctx, const ModelFlags &flags,
+                                          int64_t target_tokens = -1) const;
 
 private:
     mutable std::unique_ptr<Model> model_;
