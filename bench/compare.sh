@@ -9,8 +9,9 @@
 # Environment (defaults in brackets):
 #   THREADS [nproc]  PP [512]  TG [128]  REPS [5]  ROUNDS [2]  QUICK [0]
 #   DEPTH [0]: tokens already in the cache when each test starts (toy bench and
-#     llama-bench -d; ik_llama.cpp's llama-bench has no -d: it runs `-gp DEPTH,TG`,
-#     decoding only, so its prompt rows are n/a)
+#     llama-bench -d; ik_llama.cpp's llama-bench has no -d: it decodes with `-gp DEPTH,TG`,
+#     and its llama-sweep-bench (built on first use) gives the prompt rows, one sample per
+#     sweep over the windows of PP tokens up to DEPTH, so DEPTH must be a multiple of PP)
 #   MODELS ["smollm2-135m:f16 smollm2-135m:q8_0 qwen2.5-0.5b:q8_0 llama-3.2-1b:q4_k_m"]
 #   BUILD_DIR [<repo>/build]   MODEL_DIR [~/.cache/toy/bench-models]
 #   REF_DIR [~/.cache/toy-reference]   RESULTS_DIR [a new temporary directory]
@@ -167,6 +168,16 @@ if [[ " $LLAMA " == *" fixed "* ]] &&
   cmake -S "$REF_DIR/llama.cpp" -B "$FIXED_DIR/build" "${LLAMA_FIXED_OPTIONS[@]}" >&2
   cmake --build "$FIXED_DIR/build" --target llama-bench llama-completion -j"$(nproc)" >&2
 fi
+# ik_llama.cpp's prompts at depth come from its llama-sweep-bench
+IK_SWEEP=$IK_DIR/build/bin/llama-sweep-bench
+if [ -n "$IK" ] && [ "$DEPTH" != 0 ] && [ "$PP" != 0 ]; then
+  if ((DEPTH % PP != 0)); then
+    log "ik_llama.cpp's prompt rows at depth need DEPTH ($DEPTH) to be a multiple of PP ($PP): n/a"
+  elif [ ! -x "$IK_SWEEP" ]; then
+    log "building ik_llama.cpp's llama-sweep-bench (its prompts at depth) in $IK_DIR/build"
+    cmake --build "$IK_DIR/build" --target llama-sweep-bench -j"$(nproc)" >&2 || log "could not build it: ik_llama.cpp's prompt rows n/a"
+  fi
+fi
 # toy as compare runs it (TOY_AMX=off: with the shim)
 TOY_CMD=("$TOY")
 [ "$TOY_AMX" = off ] && TOY_CMD=(env "LD_PRELOAD=$RESULTS_DIR/no_amx.so" "$TOY")
@@ -218,7 +229,10 @@ run_toy_bench() {  # model out [alt]
 run_llama_bench() {  # cfg model out
   local cmd tests=(-p "$PP" -n "$TG" "${DEPTH_ARGS[@]}")
   read -r -a cmd <<< "$(llama_cmd "$1" llama-bench)"
-  [[ $1 == ik* && $DEPTH != 0 ]] && tests=(-p 0 -n 0 -gp "$DEPTH,$TG")
+  if [[ $1 == ik* && $DEPTH != 0 ]]; then
+    [ "$TG" = 0 ] && return  # prompts only: run_ik_sweep
+    tests=(-p 0 -n 0 -gp "$DEPTH,$TG")
+  fi
   "${cmd[@]}" -m "$2" -t "$THREADS" "${tests[@]}" -r "$REPS" "${OFFLOAD[@]}" -o json > "$3" 2> "$3.log" && return
   log "llama-bench ($1) failed on $2 (see $3.log)"
   rm -f "$3"
@@ -228,6 +242,25 @@ run_llama_bench() {  # cfg model out
     "${cmd[@]}" -m "$2" -t "$THREADS" -p 0 -n "$TG" "${DEPTH_ARGS[@]}" -r "$REPS" "${OFFLOAD[@]}" -o json > "$3" 2>> "$3.log" ||
       { log "llama-bench ($1) -p 0 failed on $2 too"; rm -f "$3"; }
   fi
+}
+# ik_llama.cpp's prompts of PP tokens after DEPTH: REPS sweeps of llama-sweep-bench (windows of PP
+# tokens, one decoded token each), the window at DEPTH of each as one sample, written as llama-bench's
+# JSON (the sweeps print their rows with the log, on stderr)
+run_ik_sweep() {  # cfg model out
+  local rtr=() i
+  [ "$1" = ik-rtr ] && rtr=(-rtr)  # a flag here, not llama-bench's `-rtr 1`
+  : > "$3.log"
+  for ((i = 0; i < REPS; i++)); do
+    "$IK_SWEEP" -m "$2" -t "$THREADS" -c $((DEPTH + PP)) -ub "$PP" -b "$PP" -n 1 -fa 1 "${rtr[@]}" "${OFFLOAD[@]}" \
+      --output-format jsonl >> "$3.log" 2>&1 || { log "llama-sweep-bench ($1) failed on $2 (see $3.log)"; break; }
+  done
+  python3 - "$PP" "$DEPTH" "$3.log" > "$3" <<'PY'
+import json, sys
+pp, depth = int(sys.argv[1]), int(sys.argv[2])
+rows = [json.loads(l) for l in open(sys.argv[3], errors="replace") if l.startswith('{"n_kv_max"')]
+ts = [r["speed_pp"] for r in rows if r.get("n_kv") == depth and r.get("pp") == pp]
+print(json.dumps([{"n_prompt": pp, "n_gen": 0, "n_depth": depth, "samples_ts": ts}] if ts else []))
+PY
 }
 oneshot_toy() {  # model out [alt]
   local extra=() vars=()
@@ -249,7 +282,11 @@ round_of() {  # path tag round engine...
   for e in "$@"; do
     if [ "$e" = toy ]; then run_toy_bench "$path" "$RESULTS_DIR/$tag.toy.$round.json"
     elif [ "$e" = alt ]; then run_toy_bench "$path" "$RESULTS_DIR/$tag.toy-alt.$round.json" alt
-    else run_llama_bench "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.json"; fi
+    else
+      run_llama_bench "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.json"
+      [[ $e == ik* && $DEPTH != 0 && $PP != 0 ]] && ((DEPTH % PP == 0)) && [ -x "$IK_SWEEP" ] &&
+        run_ik_sweep "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.sweep.json"
+    fi
   done
   local k
   for ((k = 1; k <= ONESHOTS; k++)); do
