@@ -105,9 +105,8 @@ int attention(int argc, char **argv) {
     for (int64_t l = 0; l < layers; ++l) {
         for (ggml_tensor *&t : kv) {
             if (l >= caches) continue;  // hot: every layer reads the first layer's K and V
-            ggml_tensor *cache = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, head * n_head_kv, cells);
-            for (int64_t i = 0; i < ggml_nelements(cache); ++i) static_cast<ggml_fp16_t *>(cache->data)[i] = ggml_fp32_to_fp16(normal(rng));
-            t = ggml_view_3d(ctx, cache, head, cells, n_head_kv, cache->nb[1], head * sizeof(ggml_fp16_t), 0);
+            t = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, head, cells, n_head_kv);  // as KvCache lays it out
+            for (int64_t i = 0; i < ggml_nelements(t); ++i) static_cast<ggml_fp16_t *>(t->data)[i] = ggml_fp32_to_fp16(normal(rng));
         }
         if (!host_flash_attn_applies(q, kv[0], kv[1], mask, 0.0f)) usage("attn: toy's kernel does not take this shape on this CPU");
         ggml_build_forward_expand(graph, host_flash_attn(ctx, q, kv[0], kv[1], mask, 1.0f / std::sqrt((float)head)));

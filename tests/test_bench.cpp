@@ -76,7 +76,8 @@ TEST(Bench, JsonHasLlamaBenchFields) {
 }
 
 TEST(Bench, CommaListsZeroSkipsAndCacheFlags) {
-    toy::test::CommandResult r = run_toy("bench -m " + shell_quote(kTied) +
+    // (llama-256: heads of 32 values, a Q8_0 block each)
+    toy::test::CommandResult r = run_toy("bench -m " + shell_quote(std::string(TOY_SHARED_DIR) + "/fixtures/llama-256.q8_0.gguf") +
                           " -p 4,8 -n 0 -r 1 -t 1 -ctk q8_0 -ctv q8_0 -fa on --no-warmup -o json");
     ASSERT_EQ(r.code, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);

@@ -100,23 +100,23 @@ ggml_tensor *self_attention(ggml_tensor *x, int il, const AttnContext &a) {
             // write this batch into the cache, then attend over n_kv cells of it
             const KvBinding &kv = *p.kv;
             ggml_tensor *kc = kv.k[il], *vc = kv.v[il];
-            ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, kc, ggml_view_2d(ctx, k, c.n_embd_k_gqa(), T, k->nb[2], 0), a.g.k_idxs));
+            // k, v: [head_dim, n_head_kv, T]; the cache holds [head_dim, kv_size, n_head_kv]
+            ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, kc, ggml_permute(ctx, k, 0, 2, 1, 3), a.g.k_idxs));
             if (kv.v_trans) {
                 ggml_tensor *v2 = ggml_reshape_2d(ctx, ggml_cont(ctx, v), 1, c.n_embd_v_gqa() * T);
                 ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, ggml_reshape_2d(ctx, vc, 1, ggml_nelements(vc)), v2, a.g.v_idxs));
             } else {
-                ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, vc, ggml_view_2d(ctx, v, c.n_embd_v_gqa(), T, v->nb[2], 0), a.g.k_idxs));
+                ggml_build_forward_expand(a.gf, ggml_set_rows(ctx, vc, ggml_permute(ctx, v, 0, 2, 1, 3), a.g.k_idxs));
             }
-            k_all = ggml_view_3d(ctx, kc, c.head_dim_k, c.n_head_kv, p.n_kv, ggml_row_size(kc->type, c.head_dim_k),
-                                 ggml_row_size(kc->type, c.n_embd_k_gqa()), 0);
+            // the first n_kv cells as [head_dim, n_head_kv, n_kv], like k and v
+            k_all = ggml_view_3d(ctx, kc, c.head_dim_k, c.n_head_kv, p.n_kv, kc->nb[2], kc->nb[1], 0);
             if (kv.v_trans) {
                 // [n_kv, n_head_kv, head_dim_v] over rows of kv_size cells
                 v_all = ggml_view_3d(ctx, vc, p.n_kv, c.n_head_kv, c.head_dim_v,
                                      ggml_row_size(vc->type, kv.kv_size * c.head_dim_v), ggml_row_size(vc->type, kv.kv_size), 0);
                 v_trans = true;
             } else {
-                v_all = ggml_view_3d(ctx, vc, c.head_dim_v, c.n_head_kv, p.n_kv, ggml_row_size(vc->type, c.head_dim_v),
-                                     ggml_row_size(vc->type, c.n_embd_v_gqa()), 0);
+                v_all = ggml_view_3d(ctx, vc, c.head_dim_v, c.n_head_kv, p.n_kv, vc->nb[2], vc->nb[1], 0);
             }
         }
         out = b.attention(q, k_all, v_all, v_trans, mask, ao);

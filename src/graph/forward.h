@@ -19,8 +19,8 @@ namespace toy::graph {
 
 // The KV cache as the graph sees it: per layer one K and one V tensor.
 struct KvBinding {
-    std::vector<ggml_tensor *> k;  // [n_embd_k_gqa, kv_size]
-    std::vector<ggml_tensor *> v;  // [n_embd_v_gqa, kv_size], or [kv_size, n_embd_v_gqa] when v_trans
+    std::vector<ggml_tensor *> k;  // [head_dim_k, kv_size, n_head_kv]: each head's cells together
+    std::vector<ggml_tensor *> v;  // [head_dim_v, kv_size, n_head_kv], or [kv_size, n_embd_v_gqa] when v_trans
     bool v_trans = false;          // V stored transposed (plain attention reads it without a copy)
     int64_t kv_size = 0;
 };

@@ -41,12 +41,23 @@ KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type
     : type_k_(type_k), type_v_(type_v) {
     check_cache_type(type_k, "-ctk");
     check_cache_type(type_v, "-ctv");
-    if (ggml_is_quantized(type_k) && c.n_embd_k_gqa() % ggml_blck_size(type_k) != 0) {
-        fail("-ctk {}: K rows of {} values are not a multiple of its block size {}", ggml_type_name(type_k), c.n_embd_k_gqa(),
+    // a cell's row of one head is the unit a quantized cache stores
+    if (ggml_is_quantized(type_k) && c.head_dim_k % ggml_blck_size(type_k) != 0) {
+        fail("-ctk {}: K heads of {} values are not a multiple of its block size {}", ggml_type_name(type_k), c.head_dim_k,
              ggml_blck_size(type_k));
     }
+    if (ggml_is_quantized(type_v) && !v_trans && c.head_dim_v % ggml_blck_size(type_v) != 0) {
+        fail("-ctv {}: V heads of {} values are not a multiple of its block size {}", ggml_type_name(type_v), c.head_dim_v,
+             ggml_blck_size(type_v));
+    }
     // one K and one V tensor per layer, in one zeroed buffer per device
-    // (masked cells are multiplied by zero weights; they must not hold NaNs)
+    // (masked cells are multiplied by zero weights; they must not hold NaNs).
+    // Each KV head's cells are contiguous ([head_dim, n_ctx, n_head_kv]): decoding
+    // streams one head's rows per unit of work, which a layout of whole cells
+    // ([n_embd_gqa, n_ctx]) strides across, a 4 KiB page every few cells
+    // (two threads read 12-13 GB/s of cache that way, 18-21 GB/s head by head:
+    // BENCHMARKS.md). A transposed V ([n_ctx, n_embd_v_gqa], for attention
+    // without the flash kernel) already holds each head's values together.
     auto device_of = [&](int il) { return (size_t)il < layer_devices.size() ? layer_devices[(size_t)il] : nullptr; };
     std::vector<ggml_backend_dev_t> devices;
     for (int il = 0; il < c.n_layer; ++il) {
@@ -60,9 +71,9 @@ KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type
     kv_.v_trans = v_trans;
     for (int il = 0; il < c.n_layer; ++il) {
         ggml_context *ctx = ctxs_[(size_t)(std::find(devices.begin(), devices.end(), device_of(il)) - devices.begin())];
-        ggml_tensor *k = ggml_new_tensor_2d(ctx, type_k, c.n_embd_k_gqa(), n_ctx);
+        ggml_tensor *k = ggml_new_tensor_3d(ctx, type_k, c.head_dim_k, n_ctx, c.n_head_kv);
         ggml_tensor *v = v_trans ? ggml_new_tensor_2d(ctx, type_v, n_ctx, c.n_embd_v_gqa())
-                                 : ggml_new_tensor_2d(ctx, type_v, c.n_embd_v_gqa(), n_ctx);
+                                 : ggml_new_tensor_3d(ctx, type_v, c.head_dim_v, n_ctx, c.n_head_kv);
         ggml_format_name(k, "cache_k_l%d", il);
         ggml_format_name(v, "cache_v_l%d", il);
         kv_.k.push_back(k);
