@@ -20,6 +20,8 @@
 namespace {
 
 const std::string kTied = std::string(TOY_SHARED_DIR) + "/fixtures/llama-tied.f32.gguf";
+// heads of 32 values, one block of a quantized cache (llama-tied's 16 are refused there)
+const std::string kHeads32 = std::string(TOY_SHARED_DIR) + "/fixtures/llama-256.q8_0.gguf";
 const std::string kUntied = std::string(TOY_SHARED_DIR) + "/fixtures/llama-untied.f16.gguf";
 
 using toy::test::run_toy;
@@ -76,8 +78,7 @@ TEST(Bench, JsonHasLlamaBenchFields) {
 }
 
 TEST(Bench, CommaListsZeroSkipsAndCacheFlags) {
-    // (llama-256: heads of 32 values, a Q8_0 block each)
-    toy::test::CommandResult r = run_toy("bench -m " + shell_quote(std::string(TOY_SHARED_DIR) + "/fixtures/llama-256.q8_0.gguf") +
+    toy::test::CommandResult r = run_toy("bench -m " + shell_quote(kHeads32) +
                           " -p 4,8 -n 0 -r 1 -t 1 -ctk q8_0 -ctv q8_0 -fa on --no-warmup -o json");
     ASSERT_EQ(r.code, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
@@ -170,7 +171,7 @@ namespace {
 // llama-bench's habits: comma lists for the session flags (every combination
 // runs), -pg, -d, and md / csv / json / jsonl with a row per test.
 TEST(Bench, ListsPgDepthAndEveryOutputFormat) {
-    const std::string m = "bench -m " + shell_quote(kTied) + " -r 1 --no-warmup ";
+    const std::string m = "bench -m " + shell_quote(kHeads32) + " -r 1 --no-warmup ";
     toy::test::CommandResult r = run_toy(m + "-p 8 -n 4 -pg 8,2 -d 0,16 -t 1,2 -fa 0,1 -ctk f16,q8_0 -o jsonl");
     ASSERT_EQ(r.code, 0) << r.err;
     std::vector<nlohmann::json> rows;
