@@ -168,8 +168,9 @@ if [[ " $LLAMA " == *" fixed "* ]] &&
   cmake -S "$REF_DIR/llama.cpp" -B "$FIXED_DIR/build" "${LLAMA_FIXED_OPTIONS[@]}" >&2
   cmake --build "$FIXED_DIR/build" --target llama-bench llama-completion -j"$(nproc)" >&2
 fi
-# ik_llama.cpp's prompts at depth come from its llama-sweep-bench
+# ik_llama.cpp's prompts at depth come from its llama-sweep-bench (IK_SWEEP_ON=1 when it runs)
 IK_SWEEP=$IK_DIR/build/bin/llama-sweep-bench
+IK_SWEEP_ON=0
 if [ -n "$IK" ] && [ "$DEPTH" != 0 ] && [ "$PP" != 0 ]; then
   if ((DEPTH % PP != 0)); then
     log "ik_llama.cpp's prompt rows at depth need DEPTH ($DEPTH) to be a multiple of PP ($PP): n/a"
@@ -177,6 +178,7 @@ if [ -n "$IK" ] && [ "$DEPTH" != 0 ] && [ "$PP" != 0 ]; then
     log "building ik_llama.cpp's llama-sweep-bench (its prompts at depth) in $IK_DIR/build"
     cmake --build "$IK_DIR/build" --target llama-sweep-bench -j"$(nproc)" >&2 || log "could not build it: ik_llama.cpp's prompt rows n/a"
   fi
+  [ -x "$IK_SWEEP" ] && ((DEPTH % PP == 0)) && IK_SWEEP_ON=1
 fi
 # toy as compare runs it (TOY_AMX=off: with the shim)
 TOY_CMD=("$TOY")
@@ -245,14 +247,16 @@ run_llama_bench() {  # cfg model out
 }
 # ik_llama.cpp's prompts of PP tokens after DEPTH: REPS sweeps of llama-sweep-bench (windows of PP
 # tokens, one decoded token each), the window at DEPTH of each as one sample, written as llama-bench's
-# JSON (the sweeps print their rows with the log, on stderr)
+# JSON (the sweeps print their rows with the log, on stderr; they run in RESULTS_DIR, where they also
+# leave a llama.log)
 run_ik_sweep() {  # cfg model out
-  local rtr=() i
+  local rtr=() i model
   [ "$1" = ik-rtr ] && rtr=(-rtr)  # a flag here, not llama-bench's `-rtr 1`
+  model=$(realpath "$2")
   : > "$3.log"
   for ((i = 0; i < REPS; i++)); do
-    "$IK_SWEEP" -m "$2" -t "$THREADS" -c $((DEPTH + PP)) -ub "$PP" -b "$PP" -n 1 -fa 1 "${rtr[@]}" "${OFFLOAD[@]}" \
-      --output-format jsonl >> "$3.log" 2>&1 || { log "llama-sweep-bench ($1) failed on $2 (see $3.log)"; break; }
+    (cd "$RESULTS_DIR" && "$IK_SWEEP" -m "$model" -t "$THREADS" -c $((DEPTH + PP)) -ub "$PP" -b "$PP" -n 1 -fa 1 "${rtr[@]}" \
+      "${OFFLOAD[@]}" --output-format jsonl) >> "$3.log" 2>&1 || { log "llama-sweep-bench ($1) failed on $2 (see $3.log)"; break; }
   done
   python3 - "$PP" "$DEPTH" "$3.log" > "$3" <<'PY'
 import json, sys
@@ -284,8 +288,7 @@ round_of() {  # path tag round engine...
     elif [ "$e" = alt ]; then run_toy_bench "$path" "$RESULTS_DIR/$tag.toy-alt.$round.json" alt
     else
       run_llama_bench "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.json"
-      [[ $e == ik* && $DEPTH != 0 && $PP != 0 ]] && ((DEPTH % PP == 0)) && [ -x "$IK_SWEEP" ] &&
-        run_ik_sweep "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.sweep.json"
+      [[ $e == ik* && $IK_SWEEP_ON == 1 ]] && run_ik_sweep "$e" "$path" "$RESULTS_DIR/$tag.llama-$e.$round.sweep.json"
     fi
   done
   local k
