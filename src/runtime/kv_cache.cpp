@@ -42,14 +42,14 @@ KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type
     check_cache_type(type_k, "-ctk");
     check_cache_type(type_v, "-ctv");
     // a cell's row of one head is the unit a quantized cache stores
-    if (ggml_is_quantized(type_k) && c.head_dim_k % ggml_blck_size(type_k) != 0) {
-        fail("-ctk {}: K heads of {} values are not a multiple of its block size {}", ggml_type_name(type_k), c.head_dim_k,
-             ggml_blck_size(type_k));
-    }
-    if (ggml_is_quantized(type_v) && !v_trans && c.head_dim_v % ggml_blck_size(type_v) != 0) {
-        fail("-ctv {}: V heads of {} values are not a multiple of its block size {}", ggml_type_name(type_v), c.head_dim_v,
-             ggml_blck_size(type_v));
-    }
+    auto check_head_blocks = [](ggml_type t, int64_t head, const char *flag, const char *what) {
+        if (ggml_is_quantized(t) && head % ggml_blck_size(t) != 0) {
+            fail("{} {}: {} heads of {} values are not a multiple of its block size {}", flag, ggml_type_name(t), what, head,
+                 ggml_blck_size(t));
+        }
+    };
+    check_head_blocks(type_k, c.head_dim_k, "-ctk", "K");
+    if (!v_trans) check_head_blocks(type_v, c.head_dim_v, "-ctv", "V");
     // one K and one V tensor per layer, in one zeroed buffer per device
     // (masked cells are multiplied by zero weights; they must not hold NaNs).
     // Each KV head's cells are contiguous ([head_dim, n_ctx, n_head_kv]): decoding
