@@ -72,6 +72,13 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         {64, 64, 9, 3, 1, 256, GGML_TYPE_F16, 192},
         {64, 64, 14, 2, 3, 1024, GGML_TYPE_F16, 300, 100},
         {128, 128, 8, 2, 1, 512, GGML_TYPE_F32, 0, 40},
+        // decoding groups of every size a pass takes (AVX-512: up to 8 heads, AVX2: 4) and more
+        {64, 64, 4, 4, 2, 300, GGML_TYPE_F16},     // 1 (no GQA)
+        {96, 96, 4, 2, 1, 200, GGML_TYPE_F16},     // 2
+        {64, 64, 10, 2, 3, 150, GGML_TYPE_F32},    // 5
+        {32, 48, 6, 1, 1, 90, GGML_TYPE_F16},      // 6
+        {64, 64, 16, 2, 2, 260, GGML_TYPE_F16},    // 8
+        {128, 128, 12, 1, 5, 333, GGML_TYPE_F16, 20},  // 12: a pass of 8, one of 4
     };
     for (const Case &c : cases) {
         SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} {}", c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv,

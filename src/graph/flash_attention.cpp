@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -97,8 +99,14 @@ struct Avx512 {
     static V max(V a, V b) { return _mm512_max_ps(a, b); }
     // x where the mask m lets a cell through, -inf where it hides it (whatever x is there)
     static V hide(V x, V m) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m, set1(-INFINITY), _CMP_EQ_OQ), x, set1(-INFINITY)); }
-    // the sums of a[0..15], lane j the sum of a[j]
+    // the sums of a[0..15], lane j the sum of a[j]: four rounds that each add
+    // the two halves of pairs of vectors, one pair's halves side by side in
+    // one vector (256-bit halves, 128, 64, 32): 45 instructions where sums
+    // of 256-bit halves and horizontal adds took 72. Lane 4 q + e ends up
+    // with the vector at quarter_base[q] + element_offset[e] of the inputs
+    // as they go in, so they go in in that (self-inverse) order.
     static V sum_each(const V *a) {
+#ifdef OLD_SUM
         __m256 lo[8], hi[8];
         for (int j = 0; j < 8; ++j) {
             lo[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j]), 1)));
@@ -106,7 +114,22 @@ struct Avx512 {
                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j + 8]), 1)));
         }
         return _mm512_insertf32x8(_mm512_castps256_ps512(sum_each8(lo)), sum_each8(hi), 1);
+#endif
+        static constexpr int order[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+        V b[8], c[4], d[2];
+        for (int i = 0; i < 8; ++i) {  // quarters 0-1: input i's halves summed, 2-3: input i + 8's
+            const V x = a[order[i]], y = a[order[i + 8]];
+            b[i] = add(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+        for (int i = 0; i < 4; ++i)  // quarter q: one input's four partial sums
+            c[i] = add(_mm512_shuffle_f32x4(b[i], b[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(b[i], b[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+        for (int i = 0; i < 2; ++i)  // within each quarter: two inputs' two partial sums
+            d[i] = add(_mm512_shuffle_ps(c[i], c[i + 2], _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c[i], c[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+        return add(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
     }
+    // a bit per lane: whether it is not zero (NaN counts)
+    static uint32_t nonzero_lanes(V v) { return _mm512_cmp_ps_mask(v, zero(), _CMP_NEQ_UQ); }
     // e^x; exactly 0 below -110 (far under the smallest denormal), so a masked score weighs nothing
     static V exp(V x) {
         x = _mm512_max_ps(x, set1(-110.0f));
@@ -146,6 +169,7 @@ struct Avx2 {
     static V max(V a, V b) { return _mm256_max_ps(a, b); }
     static V hide(V x, V m) { return _mm256_blendv_ps(x, set1(-INFINITY), _mm256_cmp_ps(m, set1(-INFINITY), _CMP_EQ_OQ)); }
     static V sum_each(const V *a) { return sum_each8(a); }
+    static uint32_t nonzero_lanes(V v) { return (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, zero(), _CMP_NEQ_UQ)); }
     // e^x; 0 below -87.3, where e^x leaves the normal floats
     static V exp(V x) {
         const V tiny = _mm256_cmp_ps(x, set1(-87.3f), _CMP_LT_OQ);
