@@ -1,5 +1,5 @@
 // toy's flash attention for prompts (graph/flash_attention.h) against the
-// exact attention, in double, over the same F16 or F32 values: head sizes 16
+// exact attention, in double, over the same F16, F32 or Q8_0 values: head sizes 16
 // to 256, grouped query heads, KV lengths that are not a multiple of its
 // tiles, query counts that are not a multiple of its units, causal,
 // two-sequence and fully masked rows, strided views as the KV cache gives
@@ -79,6 +79,12 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         {32, 48, 6, 1, 1, 90, GGML_TYPE_F16},      // 6
         {64, 64, 16, 2, 2, 260, GGML_TYPE_F16},    // 8
         {128, 128, 12, 1, 5, 333, GGML_TYPE_F16, 20},  // 12: a pass of 8, one of 4
+        // a Q8_0 cache (heads of whole blocks of 32), prompts and decoding
+        {64, 64, 9, 3, 40, 300, GGML_TYPE_Q8_0},
+        {128, 64, 8, 2, 17, 100, GGML_TYPE_Q8_0, 0, 30},
+        {64, 64, 9, 3, 1, 700, GGML_TYPE_Q8_0},
+        {32, 96, 14, 2, 3, 1030, GGML_TYPE_Q8_0, 100},
+        {64, 64, 12, 12, 2, 90, GGML_TYPE_Q8_0, 0, 50},
     };
     for (const Case &c : cases) {
         SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} {}", c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv,
@@ -98,11 +104,11 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         for (float &x : kf) x = g(rng);
         for (float &x : vf) x = g(rng);
         for (auto [t, f] : {std::pair{kc, &kf}, std::pair{vc, &vf}}) {
-            if (c.kv_type == GGML_TYPE_F16) {
-                ggml_fp32_to_fp16_row(f->data(), static_cast<ggml_fp16_t *>(t->data), (int64_t)f->size());
-                ggml_fp16_to_fp32_row(static_cast<ggml_fp16_t *>(t->data), f->data(), (int64_t)f->size());  // the values it holds
-            } else {
+            if (c.kv_type == GGML_TYPE_F32) {
                 std::copy(f->begin(), f->end(), static_cast<float *>(t->data));
+            } else {  // F16 or Q8_0, then the values it holds
+                ggml_quantize_chunk(c.kv_type, f->data(), t->data, 0, t->ne[1], t->ne[0], nullptr);
+                ggml_get_type_traits(c.kv_type)->to_float(t->data, f->data(), (int64_t)f->size());
             }
         }
         auto view = [&](ggml_tensor *cache, int64_t d) {  // [d, n_kv, n_head_kv], strided
@@ -135,6 +141,14 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
             const int64_t hk = h / group;
             for (int64_t i = 0; i < c.n_q; ++i) {
                 const float *qi = static_cast<const float *>(q3->data) + (i * c.n_head + h) * c.head_dim;
+                // with a Q8_0 cache, the query as ggml's attention sees it: in Q8_0 blocks, as its CPU
+                // backend quantizes a row for the dot product (llama.cpp's scores, not the exact ones)
+                std::vector<float> q_seen(qi, qi + c.head_dim), blocks(c.head_dim);
+                if (c.kv_type == GGML_TYPE_Q8_0) {
+                    ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(qi, blocks.data(), c.head_dim);
+                    ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float(blocks.data(), q_seen.data(), c.head_dim);
+                    qi = q_seen.data();
+                }
                 std::vector<double> s(c.n_kv, -INFINITY);
                 double top = -INFINITY;
                 for (int64_t j = 0; j < c.n_kv; ++j) {
@@ -177,7 +191,9 @@ TEST(FlashAttention, PromptKernelLeavesTheRestToGgml) {
     EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 1), k, v, mask, 0.0f));     // decoding too
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, mask, 50.0f));  // a logit softcap (Gemma 2)
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, nullptr, 0.0f));
-    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q8_0, 64), kv(GGML_TYPE_Q8_0, 64), mask, 0.0f));
+    EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q8_0, 64), kv(GGML_TYPE_Q8_0, 64), mask, 0.0f));
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q8_0, 64), kv(GGML_TYPE_F16, 64), mask, 0.0f));  // mixed
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q4_0, 64), kv(GGML_TYPE_Q4_0, 64), mask, 0.0f));
     EXPECT_FALSE(graph::host_flash_attn_applies(q(72, 32), kv(GGML_TYPE_F16, 72), kv(GGML_TYPE_F16, 72), mask, 0.0f));
     ggml_free(ctx);
 }

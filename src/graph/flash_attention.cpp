@@ -90,6 +90,8 @@ struct Avx512 {
     static float hmax(V v) { return _mm512_reduce_max_ps(v); }
     static float hsum(V v) { return _mm512_reduce_add_ps(v); }
     static V halves(const ggml_fp16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+    // 16 signed bytes as floats
+    static V bytes(const char *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)))); }
     // n halves (the rest of the vector -inf)
     static V halves_or_neg_inf(const ggml_fp16_t *p, int n) {
         const __mmask16 m = (__mmask16)((1u << n) - 1);
@@ -159,6 +161,7 @@ struct Avx2 {
         return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
     }
     static V halves(const ggml_fp16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+    static V bytes(const char *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)))); }
     static V halves_or_neg_inf(const ggml_fp16_t *p, int n) {
         if (n == W) return halves(p);
         alignas(16) ggml_fp16_t h[W];
@@ -184,7 +187,7 @@ TOY_TARGET_END
 
 #undef TOY_EXP_POLY
 
-// K [head_dim, n_kv, n_head_kv] (F16 or F32, rows strided) -> F32 tiles
+// K [head_dim, n_kv, n_head_kv] (F32, F16 or Q8_0, rows strided) -> F32 tiles
 // [W cells, head_dim, n_tiles, n_head_kv] (W = dst->ne[0]): element (d, cell
 // j) of a tile at d * W + j, so a tile's W scores of a query are one vector
 // per d. Cells past n_kv are zero.
@@ -202,16 +205,32 @@ void k_tiles_kernel(ggml_tensor *dst, int ith, int nth, void *) {
                 continue;
             }
             const char *src = static_cast<const char *>(k->data) + cell * k->nb[1] + hk * k->nb[2];
-            if (k->type == GGML_TYPE_F16) {
-                ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(src), row, D);
-            } else {
+            if (k->type == GGML_TYPE_F32) {
                 std::memcpy(row, src, D * sizeof(float));
+            } else {
+                ggml_get_type_traits(k->type)->to_float(src, row, D);
             }
         }
         float *out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[2] + hk * dst->nb[3]);
         for (int64_t d = 0; d < D; ++d)
             for (int64_t j = 0; j < W; ++j) out[d * W + j] = rows[j * D + d];
     }
+}
+
+// Query row q (D values) as ggml's CPU attention multiplies it with a K of
+// type k_type, into out: for a quantized K (Q8_0) rounded to K's
+// dot-product type (Q8_0: blocks of 32 values with an F16 scale) and back,
+// with ggml's own conversion, so that toy's float products give ggml's
+// scores; any other K: q as it is.
+void query_as_ggml_sees_it(ggml_type k_type, const float *q, float *out, int64_t D) {
+    if (!ggml_is_quantized(k_type)) {
+        std::memcpy(out, q, D * sizeof(float));
+        return;
+    }
+    const ggml_type dot_type = ggml_get_type_traits_cpu(k_type)->vec_dot_type;
+    alignas(64) char blocks[kMaxHead * sizeof(float)];  // a row of D values of dot_type (at most 34 bytes per 32)
+    ggml_get_type_traits_cpu(dot_type)->from_float(q, blocks, D);
+    ggml_get_type_traits(dot_type)->to_float(blocks, out, D);
 }
 
 namespace avx512 {
@@ -275,7 +294,10 @@ bool on_host(const ggml_tensor *t) {
 bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *mask,
                              float softcap) {
     if (kernel_lanes() == 0 || !mask || softcap != 0.0f) return false;
-    const bool kv_types = (k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32) && v->type == k->type;
+    // K and V of one type: F32, F16, or Q8_0 in whole blocks per head (as KvCache stores it)
+    const bool q8_heads = k->type == GGML_TYPE_Q8_0 && k->ne[0] % ggml_blck_size(k->type) == 0 &&
+                          v->ne[0] % ggml_blck_size(v->type) == 0;
+    const bool kv_types = (k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32 || q8_heads) && v->type == k->type;
     return kv_types && q->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F16 && q->ne[1] >= 1 &&
            q->ne[0] % 16 == 0 && q->ne[0] <= kMaxHead && v->ne[0] % 16 == 0 && v->ne[0] <= kMaxHead &&
            k->ne[0] == q->ne[0] && k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && q->ne[2] % k->ne[2] == 0 &&
