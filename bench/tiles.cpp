@@ -10,11 +10,12 @@
 //              many MiB in all, so the weights stream from memory; 0: one
 //              copy, hot in cache after the first pass               [64]
 //
-//   toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB]
-//     decoding attention (one query, flash attention on an F16 cache of
-//     CELLS cells, N_HEAD_KV KV heads of HEAD values, GROUP query heads per
-//     KV head), as many layers as fill MIB (0: 64 layers over one cache,
-//     hot in cache), on THREADS threads [1]: GB/s of cache read.
+//   toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB] [CACHE]
+//     decoding attention (one query, flash attention on a cache of CELLS
+//     cells, N_HEAD_KV KV heads of HEAD values, GROUP query heads per KV
+//     head), as many layers as fill MIB (0: 64 layers over one cache, hot
+//     in cache), on THREADS threads [1], the cache's K and V of type CACHE
+//     (f16 or q8_0) [f16]: GB/s of cache read.
 //
 // Prints the best of 30 passes as GB/s of weights read; compare with what one
 // core streams, `toy bench --roofline -t 1`. The weights are advised into huge
@@ -48,7 +49,7 @@ using namespace toy::graph::packed;
 
 [[noreturn]] void usage(const char *why) {
     std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q4_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB]\n"
-                 "       toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB]\n", why);
+                 "       toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB] [f16|q8_0]\n", why);
     std::exit(1);
 }
 
@@ -87,8 +88,13 @@ int attention(int argc, char **argv) {
                   group = number(argv[4], "GROUP"), head = number(argv[5], "HEAD");
     const int threads = argc > 6 ? (int)number(argv[6], "THREADS") : 1;
     const size_t mib = argc > 7 ? (size_t)number(argv[7], "MIB") : 256;
-    if (cells < 1 || n_head_kv < 1 || group < 1 || head < 16 || head % 16 || threads < 1) usage("attn: bad shape");
-    const size_t layer_bytes = 2 * cells * n_head_kv * head * sizeof(ggml_fp16_t);
+    const std::string_view cache = argc > 8 ? argv[8] : "f16";
+    if (cache != "f16" && cache != "q8_0") usage("attn: CACHE: expected f16 or q8_0");
+    const ggml_type type = cache == "f16" ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+    if (cells < 1 || n_head_kv < 1 || group < 1 || head < 16 || head % 16 || threads < 1 ||
+        head % ggml_blck_size(type))
+        usage("attn: bad shape");
+    const size_t layer_bytes = 2 * n_head_kv * cells * ggml_row_size(type, head);
     const bool hot = mib == 0;  // every layer over the same cache
     const int64_t layers = hot ? 64 : std::max<int64_t>(1, (int64_t)(((mib << 20) + layer_bytes - 1) / layer_bytes));
     const int64_t caches = hot ? 1 : layers;
@@ -105,16 +111,18 @@ int attention(int argc, char **argv) {
     for (int64_t l = 0; l < layers; ++l) {
         for (ggml_tensor *&t : kv) {
             if (l >= caches) continue;  // hot: every layer reads the first layer's K and V
-            t = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, head, cells, n_head_kv);  // as KvCache lays it out
-            for (int64_t i = 0; i < ggml_nelements(t); ++i) static_cast<ggml_fp16_t *>(t->data)[i] = ggml_fp32_to_fp16(normal(rng));
+            t = ggml_new_tensor_3d(ctx, type, head, cells, n_head_kv);  // as KvCache lays it out
+            std::vector<float> values(ggml_nelements(t));
+            for (float &x : values) x = normal(rng);
+            ggml_quantize_chunk(type, values.data(), t->data, 0, cells * n_head_kv, head, nullptr);
         }
         if (!host_flash_attn_applies(q, kv[0], kv[1], mask, 0.0f)) usage("attn: toy's kernel does not take this shape on this CPU");
         ggml_build_forward_expand(graph, host_flash_attn(ctx, q, kv[0], kv[1], mask, 1.0f / std::sqrt((float)head)));
     }
     const double s = best_seconds([&] { ggml_graph_compute_with_ctx(ctx, graph, threads); });
-    std::printf("attention, %lld cells x %lld KV heads x %lld dims, %lld query heads, %lld layers (%.1f MiB), %d thread%s: "
+    std::printf("attention, %lld cells x %lld KV heads x %lld dims (%s), %lld query heads, %lld layers (%.1f MiB), %d thread%s: "
                 "%.1f us per layer, %.2f GB/s of cache\n",
-                (long long)cells, (long long)n_head_kv, (long long)head, (long long)(n_head_kv * group), (long long)layers,
+                (long long)cells, (long long)n_head_kv, (long long)head, ggml_type_name(type), (long long)(n_head_kv * group), (long long)layers,
                 layer_bytes * caches / 1048576.0, threads, threads == 1 ? "" : "s", s / layers * 1e6,
                 layer_bytes * layers / s / 1e9);
     ggml_free(ctx);
