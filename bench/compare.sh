@@ -174,11 +174,13 @@ IK_SWEEP_ON=0
 if [ -n "$IK" ] && [ "$DEPTH" != 0 ] && [ "$PP" != 0 ]; then
   if ((DEPTH % PP != 0)); then
     log "ik_llama.cpp's prompt rows at depth need DEPTH ($DEPTH) to be a multiple of PP ($PP): n/a"
-  elif [ ! -x "$IK_SWEEP" ]; then
-    log "building ik_llama.cpp's llama-sweep-bench (its prompts at depth) in $IK_DIR/build"
-    cmake --build "$IK_DIR/build" --target llama-sweep-bench -j"$(nproc)" >&2 || log "could not build it: ik_llama.cpp's prompt rows n/a"
+  else
+    if [ ! -x "$IK_SWEEP" ]; then
+      log "building ik_llama.cpp's llama-sweep-bench (its prompts at depth) in $IK_DIR/build"
+      cmake --build "$IK_DIR/build" --target llama-sweep-bench -j"$(nproc)" >&2 || log "could not build it: ik_llama.cpp's prompt rows n/a"
+    fi
+    [ -x "$IK_SWEEP" ] && IK_SWEEP_ON=1
   fi
-  [ -x "$IK_SWEEP" ] && ((DEPTH % PP == 0)) && IK_SWEEP_ON=1
 fi
 # toy as compare runs it (TOY_AMX=off: with the shim)
 TOY_CMD=("$TOY")
