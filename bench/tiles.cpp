@@ -15,7 +15,8 @@
 //     cells, N_HEAD_KV KV heads of HEAD values, GROUP query heads per KV
 //     head), as many layers as fill MIB (0: 64 layers over one cache, hot
 //     in cache), on THREADS threads [1], the cache's K and V of type CACHE
-//     (f16 or q8_0) [f16]: GB/s of cache read.
+//     (K's type, or K:V; any -ctk type: f16, q8_0, q4_0, ...) [f16]: GB/s
+//     of cache read.
 //
 // Prints the best of 30 passes as GB/s of weights read; compare with what one
 // core streams, `toy bench --roofline -t 1`. The weights are advised into huge
@@ -26,6 +27,7 @@
 #include "graph/flash_attention.h"
 #include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
+#include "runtime/kv_cache.h"
 
 #include <ggml-cpu.h>
 #include <ggml.h>
@@ -49,7 +51,7 @@ using namespace toy::graph::packed;
 
 [[noreturn]] void usage(const char *why) {
     std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q4_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB]\n"
-                 "       toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB] [f16|q8_0]\n", why);
+                 "       toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB] [K_TYPE[:V_TYPE]]\n", why);
     std::exit(1);
 }
 
@@ -89,12 +91,18 @@ int attention(int argc, char **argv) {
     const int threads = argc > 6 ? (int)number(argv[6], "THREADS") : 1;
     const size_t mib = argc > 7 ? (size_t)number(argv[7], "MIB") : 256;
     const std::string_view cache = argc > 8 ? argv[8] : "f16";
-    if (cache != "f16" && cache != "q8_0") usage("attn: CACHE: expected f16 or q8_0");
-    const ggml_type type = cache == "f16" ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+    auto cache_type = [](std::string_view name) {
+        for (ggml_type t : toy::kv_cache_types())
+            if (name == ggml_type_name(t)) return t;
+        usage("attn: CACHE: expected K_TYPE or K_TYPE:V_TYPE, each a -ctk type");
+    };
+    const size_t colon = cache.find(':');
+    const ggml_type k_type = cache_type(cache.substr(0, colon)),
+                    v_type = colon == std::string_view::npos ? k_type : cache_type(cache.substr(colon + 1));
     if (cells < 1 || n_head_kv < 1 || group < 1 || head < 16 || head % 16 || threads < 1 ||
-        head % ggml_blck_size(type))
+        head % ggml_blck_size(k_type) || head % ggml_blck_size(v_type))
         usage("attn: bad shape");
-    const size_t layer_bytes = 2 * n_head_kv * cells * ggml_row_size(type, head);
+    const size_t layer_bytes = n_head_kv * cells * (ggml_row_size(k_type, head) + ggml_row_size(v_type, head));
     const bool hot = mib == 0;  // every layer over the same cache
     const int64_t layers = hot ? 64 : std::max<int64_t>(1, (int64_t)(((mib << 20) + layer_bytes - 1) / layer_bytes));
     const int64_t caches = hot ? 1 : layers;
@@ -109,20 +117,20 @@ int attention(int argc, char **argv) {
     ggml_cgraph *graph = ggml_new_graph_custom(ctx, 16 * layers + 64, false);
     ggml_tensor *kv[2];
     for (int64_t l = 0; l < layers; ++l) {
-        for (ggml_tensor *&t : kv) {
-            if (l >= caches) continue;  // hot: every layer reads the first layer's K and V
-            t = ggml_new_tensor_3d(ctx, type, head, cells, n_head_kv);  // as KvCache lays it out
-            std::vector<float> values(ggml_nelements(t));
+        for (int i = 0; i < 2 && l < caches; ++i) {  // hot: every layer reads the first layer's K and V
+            const ggml_type type = i == 0 ? k_type : v_type;
+            kv[i] = ggml_new_tensor_3d(ctx, type, head, cells, n_head_kv);  // as KvCache lays it out
+            std::vector<float> values(ggml_nelements(kv[i]));
             for (float &x : values) x = normal(rng);
-            ggml_quantize_chunk(type, values.data(), t->data, 0, cells * n_head_kv, head, nullptr);
+            ggml_quantize_chunk(type, values.data(), kv[i]->data, 0, cells * n_head_kv, head, nullptr);
         }
         if (!host_flash_attn_applies(q, kv[0], kv[1], mask, 0.0f)) usage("attn: toy's kernel does not take this shape on this CPU");
         ggml_build_forward_expand(graph, host_flash_attn(ctx, q, kv[0], kv[1], mask, 1.0f / std::sqrt((float)head)));
     }
     const double s = best_seconds([&] { ggml_graph_compute_with_ctx(ctx, graph, threads); });
-    std::printf("attention, %lld cells x %lld KV heads x %lld dims (%s), %lld query heads, %lld layers (%.1f MiB), %d thread%s: "
+    std::printf("attention, %lld cells x %lld KV heads x %lld dims (K %s, V %s), %lld query heads, %lld layers (%.1f MiB), %d thread%s: "
                 "%.1f us per layer, %.2f GB/s of cache\n",
-                (long long)cells, (long long)n_head_kv, (long long)head, ggml_type_name(type), (long long)(n_head_kv * group), (long long)layers,
+                (long long)cells, (long long)n_head_kv, (long long)head, ggml_type_name(k_type), ggml_type_name(v_type), (long long)(n_head_kv * group), (long long)layers,
                 layer_bytes * caches / 1048576.0, threads, threads == 1 ? "" : "s", s / layers * 1e6,
                 layer_bytes * layers / s / 1e9);
     ggml_free(ctx);

@@ -276,6 +276,39 @@ TEST(Cli, FlashAttentionAndCacheTypesAsLlamaCppSpellsThem) {
     expect_one_line_error(run_toy(base + "-ctk q3_k"), "q5_1");  // the error lists what is accepted
 }
 
+// toy's attention kernel reads every cache type itself, K and V of one type
+// or two; ggml's kernel (TOY_FLASH_ATTN_KERNEL=ggml) computes the same
+// attention over the same values. On F32 weights (no activation rounding to
+// amplify a last-bit difference) the logits agree to summation order where
+// both kernels sum in F32 (~1e-7), and within 3e-3 where ggml does not quite
+// (an F16 V summed in F16, a Q4_1/Q5_1 K's products through Q8_1's F16
+// sums, BF16 products by VDPBF16PS); a value decoded wrongly moves them as
+// far as the cache's own rounding does (d_r 0.04-0.09 against F32 K and V
+// for the 4- and 5-bit types). Prompts (the tile kernel) and one token at a
+// time (decoding).
+TEST(Cli, EveryCacheTypeOnToysKernelGivesGgmlsAnswers) {
+    const toy::test::TempDir dir;
+    const auto ref = toy::test::read_json(toy::test::fixture_path("llama-256.f32.json"));
+    const std::string ids = toy::test::join_ids(ref["tokens"].get<std::vector<int>>());
+    const std::string args = "logits -m " + toy::test::fixture_path("llama-256.f32.gguf") + " --tokens " + ids + " -fa on ";
+    for (const auto &[k, v] : std::vector<std::pair<std::string, std::string>>{
+             {"q4_0", "q4_1"}, {"q5_0", "q5_1"}, {"iq4_nl", "iq4_nl"}, {"bf16", "q5_0"}, {"q8_0", "iq4_nl"}, {"q4_0", "bf16"},
+             {"q5_0", "q4_0"}, {"q4_1", "q4_1"}, {"q5_1", "q5_1"}, {"q8_0", "f16"}, {"f16", "q8_0"}}) {
+        for (const std::string mode : {"", " --stepwise"}) {
+            SCOPED_TRACE("-ctk " + k + " -ctv " + v + mode);
+            const std::string types = "-ctk " + k + " -ctv " + v + mode;
+            const Result toys = run_toy(args + types + " -o " + dir.file("toy.f32"));
+            const Result ggmls = toy::test::run_command("TOY_FLASH_ATTN_KERNEL=ggml " + toy::test::shell_quote(toy::test::toy_bin()) +
+                                                        " " + args + types + " -o " + dir.file("ggml.f32"));
+            ASSERT_EQ(toys.code, 0) << toys.err;
+            ASSERT_EQ(ggmls.code, 0) << ggmls.err;
+            const auto s = toy::test::compare_rows(toy::test::read_f32(dir.file("toy.f32")), toy::test::read_f32(dir.file("ggml.f32")), 512);
+            EXPECT_LE(s.d_max, 5e-3);
+            EXPECT_GE(s.argmax_equal, 0.95);
+        }
+    }
+}
+
 TEST(Cli, EscapesAreOneRuleForEveryCommand) {
     // the prompt's tokens as run sees them equal tokenize's, both with the newline processed
     Result json = run_toy("run -m " + kStories + " -p 'a\\nb' -n 1 --temp 0 --json");

@@ -1,5 +1,6 @@
 // toy's flash attention for prompts (graph/flash_attention.h) against the
-// exact attention, in double, over the same F16, F32 or Q8_0 values: head sizes 16
+// exact attention, in double, over the same values (every cache type
+// llama.cpp offers, K and V of one type or of two): head sizes 16
 // to 256, grouped query heads, KV lengths that are not a multiple of its
 // tiles, query counts that are not a multiple of its units, causal,
 // two-sequence and fully masked rows, strided views as the KV cache gives
@@ -27,10 +28,31 @@ namespace {
 
 struct Case {
     int64_t head_dim, head_dim_v, n_head, n_head_kv, n_q, n_kv;
-    ggml_type kv_type;
+    ggml_type k_type;  // and V's, unless v_type
     int64_t tail = 0;    // cells at the end no query sees (a cache attended past its newest token, as decoding pads it)
     int64_t window = 0;  // > 0: each query sees only its last `window` positions (a sliding window)
+    ggml_type v_type = GGML_TYPE_COUNT;  // V's type where it is not K's
 };
+
+// Query q as ggml's CPU attention multiplies it with a K of type k_type:
+// converted to the type K's dot product takes (BF16, Q8_0, Q8_1) and back;
+// as it is for F32 and F16 K (toy's kernel keeps an F16 K's query exact).
+std::vector<float> query_seen(ggml_type k_type, const float *q, int64_t n) {
+    const ggml_type t = ggml_get_type_traits_cpu(k_type)->vec_dot_type;
+    std::vector<float> out(q, q + n);
+    if (t == GGML_TYPE_F32 || t == GGML_TYPE_F16) return out;
+    std::vector<char> row(ggml_row_size(t, n));
+    ggml_get_type_traits_cpu(t)->from_float(q, row.data(), n);
+    if (t != GGML_TYPE_Q8_1) {
+        ggml_get_type_traits(t)->to_float(row.data(), out.data(), n);
+        return out;
+    }
+    for (int64_t i = 0; i < n; ++i) {  // a Q8_1 block: d, s (F16), 32 int8
+        const char *block = row.data() + i / 32 * 36;
+        out[i] = ggml_fp16_to_fp32(*reinterpret_cast<const ggml_fp16_t *>(block)) * static_cast<int8_t>(block[4 + i % 32]);
+    }
+    return out;
+}
 
 // The mask row of query i over the cells: the queries are the last n_q
 // positions before the case's hidden tail; queries of the first third see
@@ -85,10 +107,30 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         {64, 64, 9, 3, 1, 700, GGML_TYPE_Q8_0},
         {32, 96, 14, 2, 3, 1030, GGML_TYPE_Q8_0, 100},
         {64, 64, 12, 12, 2, 90, GGML_TYPE_Q8_0, 0, 50},
+        // the other types llama.cpp caches in (32-value blocks of nibbles, of nibbles and fifth bits, of
+        // table indices; bfloat16), and K and V of different types
+        {64, 64, 9, 3, 40, 300, GGML_TYPE_BF16},
+        {64, 64, 9, 3, 1, 700, GGML_TYPE_BF16},
+        {64, 64, 9, 3, 40, 300, GGML_TYPE_Q4_0},
+        {128, 128, 8, 2, 1, 700, GGML_TYPE_Q4_0},
+        {64, 64, 14, 2, 3, 1030, GGML_TYPE_Q4_1, 100},
+        {32, 96, 6, 2, 20, 70, GGML_TYPE_Q4_1},
+        {128, 64, 8, 2, 17, 100, GGML_TYPE_Q5_0, 0, 30},
+        {64, 64, 9, 3, 1, 500, GGML_TYPE_Q5_0},
+        {32, 96, 6, 2, 2, 260, GGML_TYPE_Q5_1},
+        {64, 64, 4, 4, 16, 64, GGML_TYPE_Q5_1},
+        {64, 64, 12, 12, 2, 90, GGML_TYPE_IQ4_NL, 0, 50},
+        {64, 64, 9, 3, 20, 200, GGML_TYPE_IQ4_NL},
+        {64, 64, 9, 3, 1, 700, GGML_TYPE_Q8_0, 0, 0, GGML_TYPE_F16},
+        {64, 64, 9, 3, 40, 300, GGML_TYPE_F16, 0, 0, GGML_TYPE_Q4_0},
+        {128, 128, 4, 1, 2, 333, GGML_TYPE_Q5_1, 20, 0, GGML_TYPE_BF16},
+        {64, 64, 16, 2, 1, 260, GGML_TYPE_IQ4_NL, 0, 0, GGML_TYPE_Q8_0},
+        {96, 32, 6, 2, 3, 150, GGML_TYPE_F32, 0, 0, GGML_TYPE_Q5_0},
     };
     for (const Case &c : cases) {
-        SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} {}", c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv,
-                                 c.n_q, c.n_kv, ggml_type_name(c.kv_type)));
+        const ggml_type k_type = c.k_type, v_type = c.v_type == GGML_TYPE_COUNT ? c.k_type : c.v_type;
+        SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} K {} V {}", c.head_dim, c.head_dim_v, c.n_head,
+                                 c.n_head_kv, c.n_q, c.n_kv, ggml_type_name(k_type), ggml_type_name(v_type)));
         const int64_t mask_rows = GGML_PAD(c.n_q, 64);
         ggml_init_params ip{(size_t)(c.head_dim * c.n_head * c.n_q * 4 +
                                      2 * (c.head_dim + c.head_dim_v) * c.n_head_kv * (c.n_kv + 8) * 4 +
@@ -98,17 +140,17 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
                             nullptr, false};
         ggml_context *ctx = ggml_init(ip);
         // as the cache holds them: [head_dim * n_head_kv] per cell, 8 cells more than attended
-        ggml_tensor *kc = ggml_new_tensor_2d(ctx, c.kv_type, c.head_dim * c.n_head_kv, c.n_kv + 8);
-        ggml_tensor *vc = ggml_new_tensor_2d(ctx, c.kv_type, c.head_dim_v * c.n_head_kv, c.n_kv + 8);
+        ggml_tensor *kc = ggml_new_tensor_2d(ctx, k_type, c.head_dim * c.n_head_kv, c.n_kv + 8);
+        ggml_tensor *vc = ggml_new_tensor_2d(ctx, v_type, c.head_dim_v * c.n_head_kv, c.n_kv + 8);
         std::vector<float> kf(ggml_nelements(kc)), vf(ggml_nelements(vc));
         for (float &x : kf) x = g(rng);
         for (float &x : vf) x = g(rng);
         for (auto [t, f] : {std::pair{kc, &kf}, std::pair{vc, &vf}}) {
-            if (c.kv_type == GGML_TYPE_F32) {
+            if (t->type == GGML_TYPE_F32) {
                 std::copy(f->begin(), f->end(), static_cast<float *>(t->data));
-            } else {  // F16 or Q8_0, then the values it holds
-                ggml_quantize_chunk(c.kv_type, f->data(), t->data, 0, t->ne[1], t->ne[0], nullptr);
-                ggml_get_type_traits(c.kv_type)->to_float(t->data, f->data(), (int64_t)f->size());
+            } else {  // converted, then the values it holds
+                ggml_quantize_chunk(t->type, f->data(), t->data, 0, t->ne[1], t->ne[0], nullptr);
+                ggml_get_type_traits(t->type)->to_float(t->data, f->data(), (int64_t)f->size());
             }
         }
         auto view = [&](ggml_tensor *cache, int64_t d) {  // [d, n_kv, n_head_kv], strided
@@ -141,14 +183,9 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
             const int64_t hk = h / group;
             for (int64_t i = 0; i < c.n_q; ++i) {
                 const float *qi = static_cast<const float *>(q3->data) + (i * c.n_head + h) * c.head_dim;
-                // with a Q8_0 cache, the query as ggml's attention sees it: in Q8_0 blocks, as its CPU
-                // backend quantizes a row for the dot product (llama.cpp's scores, not the exact ones)
-                std::vector<float> q_seen(qi, qi + c.head_dim), blocks(c.head_dim);
-                if (c.kv_type == GGML_TYPE_Q8_0) {
-                    ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(qi, blocks.data(), c.head_dim);
-                    ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float(blocks.data(), q_seen.data(), c.head_dim);
-                    qi = q_seen.data();
-                }
+                // the query as ggml's attention sees it (llama.cpp's scores, not the exact ones)
+                const std::vector<float> q_seen = query_seen(k_type, qi, c.head_dim);
+                qi = q_seen.data();
                 std::vector<double> s(c.n_kv, -INFINITY);
                 double top = -INFINITY;
                 for (int64_t j = 0; j < c.n_kv; ++j) {
@@ -178,7 +215,7 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
 INSTANTIATE_TEST_SUITE_P(Sets, FlashAttentionWith, ::testing::Values("avx512", "avx2"));
 
 TEST(FlashAttention, PromptKernelLeavesTheRestToGgml) {
-    ggml_init_params ip{64 * ggml_tensor_overhead(), nullptr, true};
+    ggml_init_params ip{128 * ggml_tensor_overhead(), nullptr, true};
     ggml_context *ctx = ggml_init(ip);
     auto q = [&](int64_t d, int64_t n_q) { return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d, n_q, 4); };
     auto kv = [&](ggml_type t, int64_t d) { return ggml_new_tensor_3d(ctx, t, d, 64, 2); };
@@ -191,9 +228,17 @@ TEST(FlashAttention, PromptKernelLeavesTheRestToGgml) {
     EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 1), k, v, mask, 0.0f));     // decoding too
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, mask, 50.0f));  // a logit softcap (Gemma 2)
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, nullptr, 0.0f));
-    EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q8_0, 64), kv(GGML_TYPE_Q8_0, 64), mask, 0.0f));
-    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q8_0, 64), kv(GGML_TYPE_F16, 64), mask, 0.0f));  // mixed
-    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), kv(GGML_TYPE_Q4_0, 64), kv(GGML_TYPE_Q4_0, 64), mask, 0.0f));
+    for (ggml_type t : {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
+                        GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL}) {  // every cache type, K and V of one type or two
+        SCOPED_TRACE(ggml_type_name(t));
+        EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 32), kv(t, 64), kv(t, 64), mask, 0.0f));
+        EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 1), kv(t, 64), kv(GGML_TYPE_F16, 64), mask, 0.0f));
+        EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 1), kv(GGML_TYPE_F16, 64), kv(t, 64), mask, 0.0f));
+    }
+    // a blocked type whose head is not whole blocks of 32; a type no cache holds
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(48, 32), kv(GGML_TYPE_Q4_0, 48), kv(GGML_TYPE_F16, 48), mask, 0.0f));
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(48, 32), kv(GGML_TYPE_F16, 48), kv(GGML_TYPE_Q5_1, 48), mask, 0.0f));
+    EXPECT_FALSE(graph::host_flash_attn_applies(q(256, 1), kv(GGML_TYPE_Q4_K, 256), kv(GGML_TYPE_F16, 256), mask, 0.0f));
     EXPECT_FALSE(graph::host_flash_attn_applies(q(72, 32), kv(GGML_TYPE_F16, 72), kv(GGML_TYPE_F16, 72), mask, 0.0f));
     ggml_free(ctx);
 }

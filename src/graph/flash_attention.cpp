@@ -33,6 +33,78 @@ constexpr int64_t kPromptRows = 16;  // from this many queries on, K is converte
 // once for all the query heads that share them.
 constexpr int64_t kRunCells = 256, kMinUnits = 16;
 
+// The cache's types the kernel reads (every type llama.cpp offers for -ctk
+// and -ctv): F32, F16, BF16, and blocks of 32 values with an F16 scale d
+// (and an F16 minimum m): Q8_0 (d, 32 int8: d q), Q4_0 (d, 16 bytes of two
+// nibbles: d (q - 8)), Q4_1 (d, m, nibbles: d q + m), Q5_0 and Q5_1 (Q4's
+// with the fifth bits of the 32 values in 4 bytes after the scales: d (q -
+// 16), d q + m), IQ4_NL (d, nibbles indexing a table of 16 int8: d t[q]).
+// Values [j, j + 16) of a block are the low nibbles of its bytes j..j+15
+// (j < 16) or the high nibbles of bytes j-16.. (j >= 16). A value is
+// converted to F32 in registers (exact: a product of a half and a small
+// integer, plus a half).
+template <ggml_type T>
+constexpr bool kBlocked = T != GGML_TYPE_F32 && T != GGML_TYPE_F16 && T != GGML_TYPE_BF16;
+constexpr int64_t kBlockValues = 32;
+
+// bytes of one block (the ggml struct's size; reads_cache_type checks them
+// against ggml_type_size), or of one value
+template <ggml_type T>
+constexpr size_t unit_bytes() {
+    switch (T) {
+        case GGML_TYPE_Q8_0: return 34;
+        case GGML_TYPE_Q4_0: case GGML_TYPE_IQ4_NL: return 18;
+        case GGML_TYPE_Q4_1: return 20;
+        case GGML_TYPE_Q5_0: return 22;
+        case GGML_TYPE_Q5_1: return 24;
+        case GGML_TYPE_F32: return sizeof(float);
+        default: return sizeof(ggml_fp16_t);  // F16, BF16
+    }
+}
+
+// bytes of a cached row of d values (blocked types: whole blocks)
+template <ggml_type T>
+constexpr size_t row_bytes(int64_t d) {
+    if constexpr (kBlocked<T>) return (d + kBlockValues - 1) / kBlockValues * unit_bytes<T>();
+    return d * unit_bytes<T>();
+}
+
+// where value d of a cached row is (blocked types: its block)
+template <ggml_type T>
+constexpr size_t value_offset(int64_t d) {
+    if constexpr (kBlocked<T>) return d / kBlockValues * unit_bytes<T>();
+    return row_bytes<T>(d);
+}
+
+// f(std::integral_constant<ggml_type, T>{}) for a cache type t the kernel
+// reads; false (f not called) for any other type.
+template <typename F>
+inline bool with_cache_type(ggml_type t, F &&f) {
+    auto call = [&](auto type) {
+        f(type);
+        return true;
+    };
+    switch (t) {
+        case GGML_TYPE_F32: return call(std::integral_constant<ggml_type, GGML_TYPE_F32>{});
+        case GGML_TYPE_F16: return call(std::integral_constant<ggml_type, GGML_TYPE_F16>{});
+        case GGML_TYPE_BF16: return call(std::integral_constant<ggml_type, GGML_TYPE_BF16>{});
+        case GGML_TYPE_Q8_0: return call(std::integral_constant<ggml_type, GGML_TYPE_Q8_0>{});
+        case GGML_TYPE_Q4_0: return call(std::integral_constant<ggml_type, GGML_TYPE_Q4_0>{});
+        case GGML_TYPE_Q4_1: return call(std::integral_constant<ggml_type, GGML_TYPE_Q4_1>{});
+        case GGML_TYPE_Q5_0: return call(std::integral_constant<ggml_type, GGML_TYPE_Q5_0>{});
+        case GGML_TYPE_Q5_1: return call(std::integral_constant<ggml_type, GGML_TYPE_Q5_1>{});
+        case GGML_TYPE_IQ4_NL: return call(std::integral_constant<ggml_type, GGML_TYPE_IQ4_NL>{});
+        default: return false;
+    }
+}
+
+// Whether the kernel reads t, laid out as ggml lays it out.
+bool reads_cache_type(ggml_type t) {
+    size_t unit = 0;
+    return with_cache_type(t, [&](auto type) { unit = unit_bytes<decltype(type)::value>(); }) && unit == ggml_type_size(t) &&
+           ggml_blck_size(t) == (ggml_is_quantized(t) ? kBlockValues : 1);
+}
+
 // The scale of an attention op, where its kernel finds it (userdata): one
 // slot per distinct value, kept for the process (a model has one or two).
 const float *scale_slot(float scale) {
@@ -90,8 +162,13 @@ struct Avx512 {
     static float hmax(V v) { return _mm512_reduce_max_ps(v); }
     static float hsum(V v) { return _mm512_reduce_add_ps(v); }
     static V halves(const ggml_fp16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
-    // 16 signed bytes as floats
-    static V bytes(const char *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)))); }
+    // 16 bfloat16 as floats
+    static V bfloats(const uint16_t *p) {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16));
+    }
+    // the 16 bytes at p; 16 signed bytes as floats
+    static __m128i load_bytes(const char *p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
+    static V from_i8(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
     // n halves (the rest of the vector -inf)
     static V halves_or_neg_inf(const ggml_fp16_t *p, int n) {
         const __mmask16 m = (__mmask16)((1u << n) - 1);
@@ -161,7 +238,12 @@ struct Avx2 {
         return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
     }
     static V halves(const ggml_fp16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
-    static V bytes(const char *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)))); }
+    static V bfloats(const uint16_t *p) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16));
+    }
+    // the 8 bytes at p (the rest 0); the low 8 signed bytes as floats
+    static __m128i load_bytes(const char *p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)); }
+    static V from_i8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
     static V halves_or_neg_inf(const ggml_fp16_t *p, int n) {
         if (n == W) return halves(p);
         alignas(16) ggml_fp16_t h[W];
@@ -187,7 +269,7 @@ TOY_TARGET_END
 
 #undef TOY_EXP_POLY
 
-// K [head_dim, n_kv, n_head_kv] (F32, F16 or Q8_0, rows strided) -> F32 tiles
+// K [head_dim, n_kv, n_head_kv] (any type the kernel reads, rows strided) -> F32 tiles
 // [W cells, head_dim, n_tiles, n_head_kv] (W = dst->ne[0]): element (d, cell
 // j) of a tile at d * W + j, so a tile's W scores of a query are one vector
 // per d. Cells past n_kv are zero.
@@ -217,19 +299,40 @@ void k_tiles_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     }
 }
 
+// Whether ggml's CPU attention rounds a query before its products with a K
+// of type k_type: it converts the query to the type K's dot product takes
+// (BF16 for BF16, Q8_0 or Q8_1 for the blocked types). For an F16 K it
+// converts it to F16 too; toy keeps the query as it is there (its F16
+// arithmetic matched llama.cpp within the fixtures' bounds before this
+// rounding was needed; an F16 rounding moves a score by about 2^-11).
+bool ggml_rounds_query(ggml_type k_type) {
+    const ggml_type t = ggml_get_type_traits_cpu(k_type)->vec_dot_type;
+    return t != GGML_TYPE_F32 && t != GGML_TYPE_F16;
+}
+
 // Query row q (D values) as ggml's CPU attention multiplies it with a K of
-// type k_type, into out: for a quantized K (Q8_0) rounded to K's
-// dot-product type (Q8_0: blocks of 32 values with an F16 scale) and back,
-// with ggml's own conversion, so that toy's float products give ggml's
-// scores; any other K: q as it is.
+// type k_type, into out: where ggml_rounds_query, converted to K's
+// dot-product type with ggml's own conversion and back, so that toy's float
+// products give ggml's scores; else q as it is.
 void query_as_ggml_sees_it(ggml_type k_type, const float *q, float *out, int64_t D) {
-    if (!ggml_is_quantized(k_type)) {
+    if (!ggml_rounds_query(k_type)) {
         std::memcpy(out, q, D * sizeof(float));
         return;
     }
     const ggml_type dot_type = ggml_get_type_traits_cpu(k_type)->vec_dot_type;
-    alignas(64) char blocks[kMaxHead * sizeof(float)];  // a row of D values of dot_type (at most 34 bytes per 32)
+    alignas(64) char blocks[kMaxHead * sizeof(float)];  // a row of D values of dot_type (at most 36 bytes per 32)
     ggml_get_type_traits_cpu(dot_type)->from_float(q, blocks, D);
+    if (dot_type == GGML_TYPE_Q8_1) {  // (ggml has no to_float for it) per block: d, d times the quants' sum, 32 int8
+        constexpr size_t kBlockBytes = 2 * sizeof(ggml_fp16_t) + kBlockValues;
+        for (int64_t b = 0; b < D / kBlockValues; ++b) {
+            const char *block = blocks + b * kBlockBytes;
+            ggml_fp16_t d;
+            std::memcpy(&d, block, sizeof d);
+            const auto *qs = reinterpret_cast<const int8_t *>(block + 2 * sizeof(ggml_fp16_t));
+            for (int64_t i = 0; i < kBlockValues; ++i) out[b * kBlockValues + i] = ggml_fp16_to_fp32(d) * qs[i];
+        }
+        return;
+    }
     ggml_get_type_traits(dot_type)->to_float(blocks, out, D);
 }
 
@@ -294,10 +397,10 @@ bool on_host(const ggml_tensor *t) {
 bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *mask,
                              float softcap) {
     if (kernel_lanes() == 0 || !mask || softcap != 0.0f) return false;
-    // K and V of one type: F32, F16, or Q8_0 in whole blocks per head (as KvCache stores it)
-    const bool q8_heads = k->type == GGML_TYPE_Q8_0 && k->ne[0] % ggml_blck_size(k->type) == 0 &&
-                          v->ne[0] % ggml_blck_size(v->type) == 0;
-    const bool kv_types = (k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32 || q8_heads) && v->type == k->type;
+    // K and V of the types the kernel reads (each its own), the blocked ones in whole blocks per head (as
+    // KvCache stores them)
+    auto reads = [](const ggml_tensor *t) { return reads_cache_type(t->type) && t->ne[0] % ggml_blck_size(t->type) == 0; };
+    const bool kv_types = reads(k) && reads(v);
     return kv_types && q->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F16 && q->ne[1] >= 1 &&
            q->ne[0] % 16 == 0 && q->ne[0] <= kMaxHead && v->ne[0] % 16 == 0 && v->ne[0] <= kMaxHead &&
            k->ne[0] == q->ne[0] && k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && q->ne[2] % k->ne[2] == 0 &&

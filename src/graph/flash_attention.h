@@ -20,16 +20,19 @@ namespace toy::graph {
 
 // Fewer than 16 queries (decoding) skip the tiles: the cells are split into
 // runs of at most 256 (at least 16 runs x KV heads, for the threads), and
-// each run's K and V rows are read from the cache once per four query heads
-// of their group (a second op merges the runs' partial softmaxes), V summed
-// in F32 (ggml's decoding sums it in F16). The cache rows are prefetched in
+// each run's K and V rows are read from the cache once per pass over a group
+// of query heads (up to 8; AVX2: 4), converted to F32 in registers (a
+// second op merges the runs' partial softmaxes), V summed in F32 (ggml's
+// decoding sums an F16 V in F16). The cache rows are prefetched in
 // software: at 2048 cells SmolLM2 decoded at 40 t/s reading them once per
 // head without prefetch, 70 t/s so.
 //
 // Whether toy's kernel takes this attention: toy runs a kernel set on this
-// CPU (AVX-512 or AVX2, the packed matmuls' choice: TOY_PACKED_KERNELS), K and V are F16 or
-// F32 in host memory (or computed in this graph), a mask is given, no logit
-// softcap, head sizes multiples of 16 up to 256.
+// CPU (AVX-512 or AVX2, the packed matmuls' choice: TOY_PACKED_KERNELS), K
+// and V each of a type llama.cpp caches in (F32, F16, BF16, Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, IQ4_NL; a blocked type's head whole blocks) in host
+// memory (or computed in this graph), a mask is given, no logit softcap,
+// head sizes multiples of 16 up to 256.
 // q: [head_dim_k, n_q, n_head]; k: [head_dim_k, n_kv, n_head_kv];
 // v: [head_dim_v, n_kv, n_head_kv]; mask: F16 [n_kv, >= n_q].
 bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *mask,
