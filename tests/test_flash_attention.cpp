@@ -32,6 +32,7 @@ struct Case {
     int64_t tail = 0;    // cells at the end no query sees (a cache attended past its newest token, as decoding pads it)
     int64_t window = 0;  // > 0: each query sees only its last `window` positions (a sliding window)
     ggml_type v_type = GGML_TYPE_COUNT;  // V's type where it is not K's
+    float softcap = 0.0f;                // > 0: scores softcap * tanh(score / softcap) (Gemma 2)
 };
 
 // Query q as ggml's CPU attention multiplies it with a K of type k_type:
@@ -126,11 +127,18 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
         {128, 128, 4, 1, 2, 333, GGML_TYPE_Q5_1, 20, 0, GGML_TYPE_BF16},
         {64, 64, 16, 2, 1, 260, GGML_TYPE_IQ4_NL, 0, 0, GGML_TYPE_Q8_0},
         {96, 32, 6, 2, 3, 150, GGML_TYPE_F32, 0, 0, GGML_TYPE_Q5_0},
+        // a logit softcap: Gemma 2's heads and cap (prompts, decoding, its sliding window), and a cap
+        // small enough that most scores saturate
+        {256, 256, 8, 4, 20, 90, GGML_TYPE_F16, 0, 0, GGML_TYPE_COUNT, 50.0f},
+        {256, 256, 8, 4, 1, 600, GGML_TYPE_F16, 0, 0, GGML_TYPE_COUNT, 50.0f},
+        {256, 256, 8, 4, 2, 700, GGML_TYPE_Q8_0, 0, 64, GGML_TYPE_COUNT, 50.0f},
+        {64, 64, 9, 3, 40, 300, GGML_TYPE_F16, 0, 0, GGML_TYPE_COUNT, 0.5f},
+        {64, 64, 9, 3, 3, 300, GGML_TYPE_F32, 0, 0, GGML_TYPE_COUNT, 0.5f},
     };
     for (const Case &c : cases) {
         const ggml_type k_type = c.k_type, v_type = c.v_type == GGML_TYPE_COUNT ? c.k_type : c.v_type;
-        SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} K {} V {}", c.head_dim, c.head_dim_v, c.n_head,
-                                 c.n_head_kv, c.n_q, c.n_kv, ggml_type_name(k_type), ggml_type_name(v_type)));
+        SCOPED_TRACE(fmt::format("head {}/{} heads {}/{} queries {} cells {} K {} V {} softcap {}", c.head_dim, c.head_dim_v,
+                                 c.n_head, c.n_head_kv, c.n_q, c.n_kv, ggml_type_name(k_type), ggml_type_name(v_type), c.softcap));
         const int64_t mask_rows = GGML_PAD(c.n_q, 64);
         ggml_init_params ip{(size_t)(c.head_dim * c.n_head * c.n_q * 4 +
                                      2 * (c.head_dim + c.head_dim_v) * c.n_head_kv * (c.n_kv + 8) * 4 +
@@ -168,8 +176,8 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
                     ggml_fp32_to_fp16(i < c.n_q && visible(c, i, j) ? 0.0f : -INFINITY);
             }
         const float scale = 1.0f / std::sqrt((float)c.head_dim);
-        ASSERT_TRUE(graph::host_flash_attn_applies(q, k, v, mask, 0.0f));
-        ggml_tensor *out = graph::host_flash_attn(ctx, q, k, v, mask, scale);
+        ASSERT_TRUE(graph::host_flash_attn_applies(q, k, v, mask, c.softcap));
+        ggml_tensor *out = graph::host_flash_attn(ctx, q, k, v, mask, scale, c.softcap);
         ASSERT_EQ(out->ne[0], c.head_dim_v);
         ASSERT_EQ(out->ne[1], c.n_head);
         ASSERT_EQ(out->ne[2], c.n_q);
@@ -193,7 +201,7 @@ TEST_P(FlashAttentionWith, PromptKernelEqualsExactAttention) {
                     const float *kj = kf.data() + j * c.head_dim * c.n_head_kv + hk * c.head_dim;
                     double dot = 0;
                     for (int64_t d = 0; d < c.head_dim; ++d) dot += (double)qi[d] * kj[d];
-                    s[j] = dot * scale;
+                    s[j] = c.softcap > 0 ? c.softcap * std::tanh(dot * scale / c.softcap) : dot * scale;
                     top = std::max(top, s[j]);
                 }
                 double sum = 0;
@@ -226,7 +234,8 @@ TEST(FlashAttention, PromptKernelLeavesTheRestToGgml) {
         GTEST_SKIP() << "this CPU runs neither of toy's kernel sets";
     }
     EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 1), k, v, mask, 0.0f));     // decoding too
-    EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, mask, 50.0f));  // a logit softcap (Gemma 2)
+    EXPECT_TRUE(graph::host_flash_attn_applies(q(64, 32), k, v, mask, 50.0f));  // a logit softcap (Gemma 2)
+    for (float cap : {-1.0f, INFINITY, NAN}) EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, mask, cap)) << cap;
     EXPECT_FALSE(graph::host_flash_attn_applies(q(64, 32), k, v, nullptr, 0.0f));
     for (ggml_type t : {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
                         GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL}) {  // every cache type, K and V of one type or two

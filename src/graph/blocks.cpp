@@ -117,7 +117,7 @@ ggml_tensor *Builder::attention(ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, 
     if (o.flash_attn) {
         if (v_trans) v = ggml_transpose(ctx_, v);
         if (!train_ && host_flash_attn_applies(q, k, v, mask, o.softcap)) {
-            ggml_tensor *out = host_flash_attn(ctx_, q, k, v, mask, o.kq_scale);  // [head_dim_v, n_head, n_tokens]
+            ggml_tensor *out = host_flash_attn(ctx_, q, k, v, mask, o.kq_scale, o.softcap);  // [head_dim_v, n_head, n_tokens]
             return ggml_reshape_2d(ctx_, out, out->ne[0] * out->ne[1], n_tokens);
         }
         // the flash kernel wants F16 K/V; a quantized or F16 cache passes as is

@@ -105,15 +105,24 @@ bool reads_cache_type(ggml_type t) {
            ggml_blck_size(t) == (ggml_is_quantized(t) ? kBlockValues : 1);
 }
 
-// The scale of an attention op, where its kernel finds it (userdata): one
+// How a product q.k becomes a score: scale times it, or, with a logit
+// softcap (Gemma 2), softcap tanh(scale q.k / softcap) (`scale` holds
+// scale / softcap then, as in ggml's kernel); the mask is added after.
+struct Scores {
+    float scale, softcap;  // softcap 0: none
+    bool operator==(const Scores &) const = default;
+};
+
+// An attention op's Scores, where its kernel finds them (userdata): one
 // slot per distinct value, kept for the process (a model has one or two).
-const float *scale_slot(float scale) {
+const Scores *scores_slot(float scale, float softcap) {
     static std::mutex mu;
-    static std::deque<float> slots;
+    static std::deque<Scores> slots;
+    const Scores want{softcap > 0.0f ? scale / softcap : scale, softcap};
     std::lock_guard<std::mutex> lock(mu);
-    for (const float &s : slots)
-        if (s == scale) return &s;
-    return &slots.emplace_back(scale);
+    for (const Scores &s : slots)
+        if (s == want) return &s;
+    return &slots.emplace_back(want);
 }
 
 #if defined(__x86_64__)
@@ -176,6 +185,9 @@ struct Avx512 {
     }
     static bool any_above_neg_inf(V v) { return _mm512_cmp_ps_mask(v, set1(-INFINITY), _CMP_NEQ_OQ) != 0; }
     static V max(V a, V b) { return _mm512_max_ps(a, b); }
+    static V min(V a, V b) { return _mm512_min_ps(a, b); }
+    static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+    static V div(V a, V b) { return _mm512_div_ps(a, b); }
     // x where the mask m lets a cell through, -inf where it hides it (whatever x is there)
     static V hide(V x, V m) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m, set1(-INFINITY), _CMP_EQ_OQ), x, set1(-INFINITY)); }
     // the sums of a[0..15], lane j the sum of a[j]: four rounds that each add
@@ -252,6 +264,9 @@ struct Avx2 {
     }
     static bool any_above_neg_inf(V v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, set1(-INFINITY), _CMP_NEQ_OQ)) != 0; }
     static V max(V a, V b) { return _mm256_max_ps(a, b); }
+    static V min(V a, V b) { return _mm256_min_ps(a, b); }
+    static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+    static V div(V a, V b) { return _mm256_div_ps(a, b); }
     static V hide(V x, V m) { return _mm256_blendv_ps(x, set1(-INFINITY), _mm256_cmp_ps(m, set1(-INFINITY), _CMP_EQ_OQ)); }
     static V sum_each(const V *a) { return sum_each8(a); }
     static uint32_t nonzero_lanes(V v) { return (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, zero(), _CMP_NEQ_UQ)); }
@@ -351,18 +366,18 @@ TOY_TARGET_END
 }  // namespace avx2
 
 void decode_kernel_avx512(ggml_tensor *dst, int ith, int nth, void *userdata) {
-    avx512::decode(dst, ith, nth, *static_cast<const float *>(userdata));
+    avx512::decode(dst, ith, nth, *static_cast<const Scores *>(userdata));
 }
 void decode_kernel_avx2(ggml_tensor *dst, int ith, int nth, void *userdata) {
-    avx2::decode(dst, ith, nth, *static_cast<const float *>(userdata));
+    avx2::decode(dst, ith, nth, *static_cast<const Scores *>(userdata));
 }
 
 void attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
-    const float scale = *static_cast<const float *>(userdata);
+    const Scores &scores = *static_cast<const Scores *>(userdata);
     if (dst->src[1]->ne[0] == Avx512::W) {
-        avx512::attention(dst, ith, nth, scale);
+        avx512::attention(dst, ith, nth, scores);
     } else {
-        avx2::attention(dst, ith, nth, scale);
+        avx2::attention(dst, ith, nth, scores);
     }
 }
 
@@ -396,7 +411,7 @@ bool on_host(const ggml_tensor *t) {
 
 bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *mask,
                              float softcap) {
-    if (kernel_lanes() == 0 || !mask || softcap != 0.0f) return false;
+    if (kernel_lanes() == 0 || !mask || !(softcap >= 0.0f && std::isfinite(softcap))) return false;
     // K and V of the types the kernel reads (each its own), the blocked ones in whole blocks per head (as
     // KvCache stores them)
     auto reads = [](const ggml_tensor *t) { return reads_cache_type(t->type) && t->ne[0] % ggml_blck_size(t->type) == 0; };
@@ -409,10 +424,11 @@ bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const g
            on_host(k) && on_host(v) && on_host(mask);
 }
 
-ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, ggml_tensor *mask, float scale) {
+ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, ggml_tensor *mask, float scale,
+                             float softcap) {
 #if defined(__x86_64__)
     const int64_t lanes = kernel_lanes(), n_tiles = (k->ne[1] + lanes - 1) / lanes;
-    float *scale_data = const_cast<float *>(scale_slot(scale));
+    auto *scores = const_cast<Scores *>(scores_slot(scale, softcap));
     if (q->ne[1] < kPromptRows) {  // decoding: the cache as it is, in runs of cells, then merged
         ggml_tensor *args[] = {q, k, v, mask};
         // runs of at most kRunCells, and enough of them for kMinUnits units
@@ -421,7 +437,7 @@ ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, 
         const int64_t runs = std::max((n_kv + kRunCells - 1) / kRunCells,
                                       std::min((kMinUnits + k->ne[2] - 1) / k->ne[2], (n_kv + 15) / 16));
         ggml_tensor *part = ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0] + 2, q->ne[2], q->ne[1], runs, args, 4,
-                                           lanes == 16 ? decode_kernel_avx512 : decode_kernel_avx2, GGML_N_TASKS_MAX, scale_data);
+                                           lanes == 16 ? decode_kernel_avx512 : decode_kernel_avx2, GGML_N_TASKS_MAX, scores);
         ggml_tensor *merge_args[] = {part};
         return ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0], q->ne[2], q->ne[1], 1, merge_args, 1,
                               lanes == 16 ? avx512::decode_merge : avx2::decode_merge, GGML_N_TASKS_MAX, nullptr);
@@ -432,9 +448,9 @@ ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, 
     ggml_tensor *v32 = v->type == GGML_TYPE_F32 ? ggml_cont(ctx, v) : ggml_cast(ctx, v, GGML_TYPE_F32);  // [head_dim_v, n_kv, n_head_kv]
     ggml_tensor *args[] = {q, kt, v32, mask};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, v->ne[0], q->ne[2], q->ne[1], 1, args, 4, attention_kernel, GGML_N_TASKS_MAX,
-                          scale_data);
+                          scores);
 #else
-    (void)ctx, (void)q, (void)k, (void)v, (void)mask, (void)scale;
+    (void)ctx, (void)q, (void)k, (void)v, (void)mask, (void)scale, (void)softcap;
     return nullptr;
 #endif
 }

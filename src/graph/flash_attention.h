@@ -31,16 +31,17 @@ namespace toy::graph {
 // CPU (AVX-512 or AVX2, the packed matmuls' choice: TOY_PACKED_KERNELS), K
 // and V each of a type llama.cpp caches in (F32, F16, BF16, Q8_0, Q4_0,
 // Q4_1, Q5_0, Q5_1, IQ4_NL; a blocked type's head whole blocks) in host
-// memory (or computed in this graph), a mask is given, no logit softcap,
-// head sizes multiples of 16 up to 256.
+// memory (or computed in this graph), a mask is given, a finite logit
+// softcap (0: none), head sizes multiples of 16 up to 256.
 // q: [head_dim_k, n_q, n_head]; k: [head_dim_k, n_kv, n_head_kv];
 // v: [head_dim_v, n_kv, n_head_kv]; mask: F16 [n_kv, >= n_q].
 bool host_flash_attn_applies(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const ggml_tensor *mask,
                              float softcap);
 
-// softmax(scale * q k^T + mask) v per head, as ggml_flash_attn_ext (without
-// ALiBi, sinks or softcap): [head_dim_v, n_head, n_q], F32.
+// softmax(s + mask) v per head, s = scale * q k^T or, with a softcap > 0,
+// softcap * tanh(scale * q k^T / softcap), as ggml_flash_attn_ext (without
+// ALiBi or sinks): [head_dim_v, n_head, n_q], F32.
 ggml_tensor *host_flash_attn(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v, ggml_tensor *mask,
-                             float scale);
+                             float scale, float softcap = 0.0f);
 
 }  // namespace toy::graph
