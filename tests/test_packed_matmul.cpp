@@ -164,8 +164,9 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
             for (int64_t r = 0; r < k.n_out; ++r) {
                 const float a = ((float *)ours->data)[c * k.n_out + r];
                 const float b = ((float *)((char *)ref->data + c * ref->nb[1]))[r];
-                if (type == GGML_TYPE_Q8_0) {
-                    // both sum the same exact block products; only the order of the float sums differs
+                if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0) {
+                    // both sum the same exact block products (Q5_0: packed as the Q8_0 blocks of its
+                    // values, ggml's Q5_0 product takes a Q8_0 input too); only the order of the float sums differs
                     const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
@@ -198,7 +199,8 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
-                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_BF16),
+                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_F16, GGML_TYPE_Q4_K,
+                                                              GGML_TYPE_Q6_K, GGML_TYPE_BF16),
                                             ::testing::Values(std::string("amx"), std::string("avx512"), std::string("avx2"))),
                          [](const auto &info) {
                              return std::string(ggml_type_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
@@ -278,7 +280,12 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, vocab, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, k_ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q6_K, k_ok, 2));
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_0, ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q5_1, ok, 2));
     EXPECT_EQ(graph::packed_size(GGML_TYPE_Q6_K, 256, 32), ggml_row_size(GGML_TYPE_Q6_K, 256) * 32);
+    // Q5_0 packs as the Q8_0 blocks of its values: a Q8_0 matrix's bytes, its input Q8_0's
+    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_0, 64, 32), ggml_row_size(GGML_TYPE_Q8_0, 64) * 32);
+    EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_0), GGML_TYPE_Q8_0);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_K), graph::packed_input_type(GGML_TYPE_Q6_K));
     // a set by name: the one in use, not an unknown one, and never "off" once in use
     const std::string in_use = graph::packed_kernels_name();
@@ -297,7 +304,7 @@ TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
         KernelSetScope amx("amx");
         if (!amx.ok()) GTEST_SKIP() << "this CPU (or kernel) gives this process no AMX tiles";
     }
-    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}) {
+    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}) {
         SCOPED_TRACE(ggml_type_name(type));
         // 3 wide passes and 2 columns for the 8-column tiles; 10 row groups
         const int64_t n_in = 1024, n_out = 160, cols = 50;

@@ -171,7 +171,8 @@ struct KernelSet {
 // A set's tiles for matrices of `type`, or null where the set has none.
 inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     switch (type) {
-    case GGML_TYPE_Q8_0: return k.q8_0;
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q5_0: return k.q8_0;  // packed as the Q8_0 blocks of its values
     case GGML_TYPE_F16: return k.f16;
     case GGML_TYPE_Q4_K: return k.q4_k;
     case GGML_TYPE_Q6_K: return k.q6_k;
@@ -183,7 +184,8 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
 // A set's wide tiles for matrices of `type`, or null.
 inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     switch (type) {
-    case GGML_TYPE_Q8_0: return wide.q8_0;
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q5_0: return wide.q8_0;
     case GGML_TYPE_Q4_K: return wide.q4_k;
     case GGML_TYPE_Q6_K: return wide.q6_k;
     default: return nullptr;

@@ -26,6 +26,13 @@ struct BlockQ8_0 {
     uint16_t d;  // fp16
     int8_t qs[kQK];
 };
+// Q5_0: 32 values d (q - 16), q of 5 bits: the low 4 in qs (values j and
+// j + 16 in byte j's low and high nibble), the fifth in bit j of qh.
+struct BlockQ5_0 {
+    uint16_t d;  // fp16
+    uint8_t qh[4];
+    uint8_t qs[kQK / 2];
+};
 struct BlockQ4K {
     uint16_t d, dmin;  // fp16
     uint8_t scales[12];
@@ -38,6 +45,7 @@ struct BlockQ6K {
     uint16_t d;  // fp16
 };
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
+static_assert(sizeof(BlockQ5_0) == 22, "ggml's block_q5_0 is 22 bytes");
 static_assert(sizeof(BlockQ4K) == 144, "ggml's block_q4_K is 144 bytes");
 static_assert(sizeof(BlockQ6K) == 210, "ggml's block_q6_K is 210 bytes");
 static_assert(kGroupBlock == kRows * sizeof(BlockQ8_0), "the packed layout keeps Q8_0's size");
@@ -54,7 +62,8 @@ struct Format {
 
 bool format_of(ggml_type type, Format *f) {
     switch (type) {
-    case GGML_TYPE_Q8_0: *f = {kQK, kGroupBlock, GGML_TYPE_Q8_0}; return true;
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q5_0: *f = {kQK, kGroupBlock, GGML_TYPE_Q8_0}; return true;
     case GGML_TYPE_F16: *f = {1, kRows * sizeof(uint16_t), GGML_TYPE_F16}; return true;
     case GGML_TYPE_Q4_K: *f = {kQKK, kQ4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
@@ -105,10 +114,29 @@ void put_nibbles(const uint8_t *q, int r, uint8_t *out) {
     }
 }
 
-void pack_q8_0_group(const BlockQ8_0 *in, int64_t nb, uint8_t *out) {
+// A Q5_0 block as the Q8_0 block of the same values: q - 16 in [-16, 15]
+// is an int8, d the same fp16 scale (exact; ggml multiplies both by a Q8_0
+// input, so the products are ggml's).
+BlockQ8_0 as_q8_0(const BlockQ5_0 &b) {
+    BlockQ8_0 q{};
+    q.d = b.d;
+    uint32_t high;
+    std::memcpy(&high, b.qh, sizeof high);
+    for (int j = 0; j < kQK / 2; ++j) {
+        q.qs[j] = static_cast<int8_t>(((b.qs[j] & 15) | ((high >> j) & 1) << 4) - 16);
+        q.qs[j + kQK / 2] = static_cast<int8_t>(((b.qs[j] >> 4) | ((high >> (j + kQK / 2)) & 1) << 4) - 16);
+    }
+    return q;
+}
+BlockQ8_0 as_q8_0(const BlockQ8_0 &b) { return b; }
+
+// Q8_0 (or Q5_0, as the Q8_0 blocks of its values), per group and block:
+// the 16 rows' scales, then their quants + 128 as 8 vectors of 16 rows x 4.
+template <typename Block>
+void pack_q8_0_group(const Block *in, int64_t nb, uint8_t *out) {
     for (int64_t b = 0; b < nb; ++b, out += kGroupBlock) {
         for (int r = 0; r < kRows; ++r) {
-            const BlockQ8_0 &blk = in[r * nb + b];
+            const BlockQ8_0 blk = as_q8_0(in[r * nb + b]);
             std::memcpy(out + 2 * r, &blk.d, 2);
             uint32_t q4[8];  // the row's quants as 8 groups of 4, each byte + 128
             std::memcpy(q4, blk.qs, sizeof q4);
@@ -409,6 +437,7 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         uint8_t *d = out + g * dst_group;
         switch (type) {
         case GGML_TYPE_Q8_0: pack_q8_0_group(reinterpret_cast<const BlockQ8_0 *>(s), depth, d); break;
+        case GGML_TYPE_Q5_0: pack_q8_0_group(reinterpret_cast<const BlockQ5_0 *>(s), depth, d); break;
         case GGML_TYPE_F16:
             pack_f16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;
