@@ -116,15 +116,24 @@ void put_nibbles(const uint8_t *q, int r, uint8_t *out) {
 
 // A Q5_0 block as the Q8_0 block of the same values: q - 16 in [-16, 15]
 // is an int8, d the same fp16 scale (exact; ggml multiplies both by a Q8_0
-// input, so the products are ggml's).
+// input, so the products are ggml's). Eight values at a time in a 64-bit
+// word (a load packs every Q5_0 matrix of a model): a byte q - 16 is the
+// low nibble with 0xF0 above it where the fifth bit is clear.
 BlockQ8_0 as_q8_0(const BlockQ5_0 &b) {
+    constexpr uint64_t kLow = 0x0F0F0F0F0F0F0F0Full, kOnes = 0x0101010101010101ull;
     BlockQ8_0 q{};
     q.d = b.d;
     uint32_t high;
     std::memcpy(&high, b.qh, sizeof high);
-    for (int j = 0; j < kQK / 2; ++j) {
-        q.qs[j] = static_cast<int8_t>(((b.qs[j] & 15) | ((high >> j) & 1) << 4) - 16);
-        q.qs[j + kQK / 2] = static_cast<int8_t>(((b.qs[j] >> 4) | ((high >> (j + kQK / 2)) & 1) << 4) - 16);
+    for (int part = 0; part < 4; ++part) {  // values 8 part .. 8 part + 7
+        uint64_t nibs;
+        std::memcpy(&nibs, b.qs + 8 * (part % 2), sizeof nibs);
+        nibs = part < 2 ? nibs & kLow : (nibs >> 4) & kLow;
+        // bit i of the 8 fifth bits into byte i (0 or 1): repeat the byte, keep bit i of byte i, set bit 7 where kept
+        const uint64_t kept = ((high >> (8 * part)) & 0xFF) * kOnes & 0x8040201008040201ull;
+        const uint64_t fifth = ((kept + 0x7F7F7F7F7F7F7F7Full) >> 7) & kOnes;
+        const uint64_t bytes = nibs | (fifth ^ kOnes) * 0xF0;
+        std::memcpy(q.qs + 8 * part, &bytes, sizeof bytes);
     }
     return q;
 }
