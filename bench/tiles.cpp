@@ -23,6 +23,7 @@
 // pages, as toy's copies are where --hugepages lets them. The kernel set is
 // the one toy would run on this CPU (TOY_PACKED_KERNELS=avx2 picks the AVX2
 // set on an AVX-512 CPU).
+#include "core/error.h"
 #include "core/memory.h"
 #include "graph/flash_attention.h"
 #include "graph/packed_kernels.h"
@@ -92,9 +93,11 @@ int attention(int argc, char **argv) {
     const size_t mib = argc > 7 ? (size_t)number(argv[7], "MIB") : 256;
     const std::string_view cache = argc > 8 ? argv[8] : "f16";
     auto cache_type = [](std::string_view name) {
-        for (ggml_type t : toy::kv_cache_types())
-            if (name == ggml_type_name(t)) return t;
-        usage("attn: CACHE: expected K_TYPE or K_TYPE:V_TYPE, each a -ctk type");
+        try {
+            return toy::parse_kv_cache_type(std::string(name), "attn: CACHE (K_TYPE or K_TYPE:V_TYPE)");
+        } catch (const toy::Error &e) {
+            usage(e.what());
+        }
     };
     const size_t colon = cache.find(':');
     const ggml_type k_type = cache_type(cache.substr(0, colon)),

@@ -22,13 +22,6 @@
 namespace toy::cli {
 namespace {
 
-ggml_type parse_cache_type(const std::string &s, const char *flag) {
-    for (ggml_type t : kv_cache_types()) {
-        if (s == ggml_type_name(t)) return t;
-    }
-    fail("{}: expected one of {}, found '{}'", flag, kv_cache_type_names(), s);
-}
-
 // "on", "off" or "auto" (also 1/true and 0/false, as llama.cpp takes them)
 // as the enum's On, Off or Auto.
 template <class Mode>
@@ -194,8 +187,8 @@ SessionOptions ModelFlags::session_options(int threads, const std::string &fa, c
     o.n_batch = n_batch;
     o.n_ubatch = n_ubatch;
     o.n_threads = threads;
-    o.type_k = parse_cache_type(type_k, "-ctk");
-    o.type_v = parse_cache_type(type_v, "-ctv");
+    o.type_k = parse_kv_cache_type(type_k, "-ctk");
+    o.type_v = parse_kv_cache_type(type_v, "-ctv");
     o.flash_attn = parse_on_off_auto<FlashAttn>(fa, "-fa");
     if (n_ctx < 0) fail("-c: expected a size >= 0, found {}", n_ctx);
     o.trace = trace ? stderr : nullptr;

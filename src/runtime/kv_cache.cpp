@@ -36,6 +36,13 @@ std::string kv_cache_type_names() {
     return s;
 }
 
+ggml_type parse_kv_cache_type(const std::string &name, const char *flag) {
+    for (ggml_type t : kv_cache_types()) {
+        if (name == ggml_type_name(t)) return t;
+    }
+    fail("{}: expected one of {}, found '{}'", flag, kv_cache_type_names(), name);
+}
+
 KvCache::KvCache(const Engine &engine, const Config &c, int64_t n_ctx, ggml_type type_k, ggml_type type_v, bool v_trans,
                  std::span<const ggml_backend_dev_t> layer_devices)
     : type_k_(type_k), type_v_(type_v) {

@@ -24,6 +24,9 @@ namespace toy {
 // their names as one comma-separated list.
 const std::vector<ggml_type> &kv_cache_types();
 std::string kv_cache_type_names();
+// The cache type named `name` (as ggml names it: f16, q8_0, ...); throws
+// toy::Error naming `flag` and the choices otherwise.
+ggml_type parse_kv_cache_type(const std::string &name, const char *flag);
 
 class KvCache {
 public:
