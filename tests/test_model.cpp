@@ -398,6 +398,58 @@ TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
     }
 }
 
+// Q5_K matrices (and those llama-quantize writes as Q5_1 where rows are not
+// whole super-blocks) run toy's packed kernels, on every kernel set the CPU
+// runs, with ggml's results up to float summation order: a Q5_K model of
+// rows of 256, then one of rows of 320. Each product's input is quantized
+// (a step function), so a last-bit difference upstream can move an input
+// by a step and the logits by 1e-3 (4.5e-3 here on the Q5_K model: from the
+// first block's residual sum, 1e-7 apart, on); a wrong bit in a kernel
+// moves them by far more.
+TEST(Model, FiveBitMatricesRunToysKernelsAsGgmlsDo) {
+    if (std::string_view(graph::packed_kernels_name()) == "none") GTEST_SKIP() << "toy's packed kernels are off";
+    test::TempDir dir;
+    for (const int64_t n_embd : {256, 320}) {
+        SCOPED_TRACE(n_embd);
+        InitOptions o = preset_options("custom", "llama");
+        o.type = InitType::Q5_K;
+        o.n_embd = n_embd;
+        o.n_layer = 2;
+        o.n_head = 4;
+        o.n_head_kv = 2;
+        o.n_ff = 512;
+        o.n_vocab = 320;
+        o.n_ctx = 64;
+        o.n_threads = 2;
+        const std::string path = dir.file("q5_" + std::to_string(n_embd) + ".gguf");
+        init_model(o, path);
+        const ggml_type wanted = n_embd % 256 == 0 ? GGML_TYPE_Q5_K : GGML_TYPE_Q5_1;
+        auto packed = Model::load(path);
+        LoadOptions plain_opts;
+        plain_opts.repack = false;
+        auto plain = Model::load(path, plain_opts);
+        const ggml_tensor *wo = packed->weights().layers[0].wo;
+        ASSERT_EQ(wo->type, wanted);
+        if (!graph::packed_matmul_supports(wanted, wo->ne, 2)) {
+            ADD_FAILURE() << ggml_type_name(wanted) << " is not packed";
+            continue;
+        }
+        EXPECT_TRUE(packed->weights().is_packed(wo));
+        EXPECT_EQ(packed->read_weight("blk.1.ffn_down.weight"), plain->read_weight("blk.1.ffn_down.weight"));
+        std::vector<int32_t> tokens;
+        for (int32_t i = 0; i < 40; ++i) tokens.push_back((i * 37 + 5) % 320);
+        const auto want = batched_logits(*plain, tokens);
+        for (const char *set : {"amx", "avx512", "avx2"}) {
+            KernelSetScope scope(set);
+            if (!scope.ok()) continue;
+            SCOPED_TRACE(set);
+            const auto s = test::compare_rows(batched_logits(*packed, tokens), want, 320);
+            EXPECT_LE(s.d_max, 1e-2);
+            EXPECT_GE(s.argmax_equal, 0.95);
+        }
+    }
+}
+
 }  // namespace
 
 namespace {

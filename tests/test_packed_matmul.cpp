@@ -1,4 +1,4 @@
-// toy's packed Q8_0, F16, Q4_K, Q6_K and BF16 kernels against ggml's own matmul: the
+// toy's packed Q8_0, Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K and BF16 kernels against ggml's own matmul: the
 // same products up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, 16 at a time on the amx set, partial passes, several
 // 64-column panels) and for inputs that are views with strides.
@@ -139,7 +139,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
             }
             return sum;
         };
-        // sum w x (and sum |w x|) with x as ggml quantizes it for Q4_K and Q6_K
+        // sum w x (and sum |w x|) with x as ggml quantizes it for the K-quants
         auto exact_q8_k = [&](int64_t r, int64_t c, double *mag) {
             const float *xc = (const float *)((const char *)x->data + c * x->nb[1]);
             std::vector<uint8_t> q(ggml_row_size(GGML_TYPE_Q8_K, k.n_in));
@@ -164,14 +164,29 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
             for (int64_t r = 0; r < k.n_out; ++r) {
                 const float a = ((float *)ours->data)[c * k.n_out + r];
                 const float b = ((float *)((char *)ref->data + c * ref->nb[1]))[r];
-                if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0) {
+                if (type == GGML_TYPE_Q5_1) {
+                    // both take the same exact block products and the same minimum x the Q8_1
+                    // input's fp16 scaled sum, only in another order; the two terms of a block,
+                    // d q . x and m sum(x), may cancel, so the bound is on their magnitudes
+                    const float *xc = (const float *)((const char *)x->data + c * x->nb[1]);
+                    double mag = 0;
+                    for (int64_t i = 0; i < k.n_in; ++i) {
+                        ggml_fp16_t m16;  // block_q5_1: fp16 d, fp16 m, ...
+                        std::memcpy(&m16, (const uint8_t *)w->data + (r * k.n_in + i) / 32 * 24 + 2, sizeof m16);
+                        const double m = ggml_fp16_to_fp32(m16);
+                        mag += (std::fabs(wd[r * k.n_in + i] - m) + std::fabs(m)) * std::fabs(xc[i]);
+                    }
+                    const double tol = 1e-5 * (1.0 + mag);
+                    worst = std::max(worst, std::fabs(a - b) / tol);
+                    ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
+                } else if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0) {
                     // both sum the same exact block products (Q5_0: packed as the Q8_0 blocks of its
                     // values, ggml's Q5_0 product takes a Q8_0 input too); only the order of the float sums differs
                     const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
                 } else if (type != GGML_TYPE_F16 && type != GGML_TYPE_BF16) {
-                    // Q4_K, Q6_K: the exact sum of the products with the input as
+                    // Q4_K, Q5_K, Q6_K: the exact sum of the products with the input as
                     // ggml quantizes it (Q8_K). ggml converts partial integer sums to
                     // float and adds them, where they may cancel (Q4_K's scale and
                     // min terms, Q6_K's offset 32), so it is held to a looser bound.
@@ -199,14 +214,14 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
-                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_F16, GGML_TYPE_Q4_K,
-                                                              GGML_TYPE_Q6_K, GGML_TYPE_BF16),
+                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_F16,
+                                                              GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_BF16),
                                             ::testing::Values(std::string("amx"), std::string("avx512"), std::string("avx2"))),
                          [](const auto &info) {
                              return std::string(ggml_type_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
                          });
 
-// The inputs each set prepares for Q8_0 and Q4_K/Q6_K matrices are ggml's own
+// The inputs each set prepares for Q8_0, Q5_1 (Q8_1) and K-quant matrices are ggml's own
 // quantization of them (ggml-cpu's, nearest even), bit for bit: random
 // values, an all-zero block, and blocks whose scaled values fall on halves
 // (ties), where rounding to nearest even and away from zero differ.
@@ -242,6 +257,23 @@ TEST(PackedMatmul, PreparedInputsAreGgmlsQuantization) {
             ASSERT_EQ(d, ggml_fp16_to_fp32(d16)) << "Q8_0 block " << b;
             ASSERT_EQ(bias, -128 * sum) << "Q8_0 block " << b;
         }
+        // Q8_1: Q8_0's quants and scale, then ggml's fp16 scaled sum (block_q8_1: fp16 d, fp16 s, int8 qs[32])
+        ours.assign(n / graph::packed::kQK * graph::packed::kColBlock, 0);
+        ref.assign(ggml_row_size(GGML_TYPE_Q8_1, n), 0);
+        k->prepare(GGML_TYPE_Q8_1, x.data(), n, ours.data());
+        ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float(x.data(), ref.data(), n);
+        for (int64_t b = 0; b < n / 32; ++b) {
+            const uint8_t *o = ours.data() + b * graph::packed::kColBlock, *r = ref.data() + b * ggml_type_size(GGML_TYPE_Q8_1);
+            ggml_fp16_t d16, s16;
+            std::memcpy(&d16, r, sizeof d16);
+            std::memcpy(&s16, r + 2, sizeof s16);
+            float d, s;
+            std::memcpy(&d, o + 32, sizeof d);
+            std::memcpy(&s, o + 36, sizeof s);
+            ASSERT_EQ(std::memcmp(o, r + 4, 32), 0) << "Q8_1 block " << b;
+            ASSERT_EQ(d, ggml_fp16_to_fp32(d16)) << "Q8_1 block " << b;
+            ASSERT_EQ(s, ggml_fp16_to_fp32(s16)) << "Q8_1 block " << b;
+        }
         // Q8_K: per 256 the int8 quants, their sums per 16 and per 32, the scale
         ours.assign(n / graph::packed::kQKK * graph::packed::kKColBlock, 0);
         ref.assign(ggml_row_size(GGML_TYPE_Q8_K, n), 0);
@@ -270,7 +302,7 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     const int64_t ok[2] = {64, 32}, odd_rows[2] = {64, 40}, stacked[3] = {64, 32, 2}, k_ok[2] = {256, 32};
     const bool here = graph::packed_matmul_supports(GGML_TYPE_Q8_0, ok, 2);
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_F32, ok, 2));
-    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q5_K, k_ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q3_K, k_ok, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, ok, 2));  // 64 inputs: not a whole super-block
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, odd_rows, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, stacked, 3));
@@ -280,13 +312,21 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, vocab, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, k_ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q6_K, k_ok, 2));
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_K, k_ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_0, ok, 2));
-    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q5_1, ok, 2));
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_1, ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_1, ok, 2));
     EXPECT_EQ(graph::packed_size(GGML_TYPE_Q6_K, 256, 32), ggml_row_size(GGML_TYPE_Q6_K, 256) * 32);
     // Q5_0 packs as the Q8_0 blocks of its values: a Q8_0 matrix's bytes, its input Q8_0's
     EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_0, 64, 32), ggml_row_size(GGML_TYPE_Q8_0, 64) * 32);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_0), GGML_TYPE_Q8_0);
+    // Q5_1: per block of 16 rows their scales and minimums, then Q8_0's quants; its input Q8_1 (ggml's)
+    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_1, 64, 32), 2 * 2 * (16 * 4 + 16 * 32u));
+    EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_1), GGML_TYPE_Q8_1);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_K), graph::packed_input_type(GGML_TYPE_Q6_K));
+    EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_K), graph::packed_input_type(GGML_TYPE_Q6_K));
+    // Q5_K: Q4_K's layout and a bit per input (176 bytes per row and super-block grow to 180)
+    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_K, 512, 32), 2 * 32 * 180u);
     // a set by name: the one in use, not an unknown one, and never "off" once in use
     const std::string in_use = graph::packed_kernels_name();
     EXPECT_TRUE(graph::use_packed_kernels(in_use));
@@ -295,7 +335,7 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_EQ(graph::packed_kernels_name(), in_use);
 }
 
-// The amx set's wide tiles (Q8_0, Q4_K, Q6_K) take the same float steps as
+// The amx set's wide tiles (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) take the same float steps as
 // the AVX-512 tiles after the same exact integer sums, so a prompt's products
 // are the AVX-512 set's bit for bit (the graph's results do not depend on
 // which of the two a CPU runs).
@@ -304,7 +344,7 @@ TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
         KernelSetScope amx("amx");
         if (!amx.ok()) GTEST_SKIP() << "this CPU (or kernel) gives this process no AMX tiles";
     }
-    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}) {
+    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
         SCOPED_TRACE(ggml_type_name(type));
         // 3 wide passes and 2 columns for the 8-column tiles; 10 row groups
         const int64_t n_in = 1024, n_out = 160, cols = 50;

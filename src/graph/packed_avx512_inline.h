@@ -26,6 +26,23 @@ inline void load_nibbles(const uint8_t *p, __m512i *v) {
     }
 }
 
+// The 8 vectors of Q5_K unit j (32 inputs) of the super-block at w: its
+// 5-bit quants as bytes, inputs 4k.. in v[k], 16 + 4k.. in v[4 + k] (Q4_K's
+// nibbles with bit k of the unit's fifth-bit vector in bit 4; each 16-bit
+// shift moves that bit within its byte).
+inline void load_q5_k_unit(const uint8_t *w, int j, __m512i *v) {
+    load_nibbles(w + kQ4Qs + 256 * j, v);
+    const __m512i h = _mm512_loadu_si512(w + kQ5Qh + 64 * j), bit4 = _mm512_set1_epi8(0x10);
+    v[0] = _mm512_ternarylogic_epi32(v[0], _mm512_slli_epi16(h, 4), bit4, 0xF8);  // v | (h' & bit4)
+    v[1] = _mm512_ternarylogic_epi32(v[1], _mm512_slli_epi16(h, 3), bit4, 0xF8);
+    v[2] = _mm512_ternarylogic_epi32(v[2], _mm512_slli_epi16(h, 2), bit4, 0xF8);
+    v[3] = _mm512_ternarylogic_epi32(v[3], _mm512_slli_epi16(h, 1), bit4, 0xF8);
+    v[4] = _mm512_ternarylogic_epi32(v[4], h, bit4, 0xF8);
+    v[5] = _mm512_ternarylogic_epi32(v[5], _mm512_srli_epi16(h, 1), bit4, 0xF8);
+    v[6] = _mm512_ternarylogic_epi32(v[6], _mm512_srli_epi16(h, 2), bit4, 0xF8);
+    v[7] = _mm512_ternarylogic_epi32(v[7], _mm512_srli_epi16(h, 3), bit4, 0xF8);
+}
+
 // Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
 template <int T>
 inline __m512i high_bits(__m512i h) {
@@ -60,6 +77,12 @@ inline __m512 load_f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_load
 // Q8_0, per block: acc + float(sum) x (weight scales x the column's scale).
 inline __m512 q8_0_step(__m512 acc, __m512i sum, __m512 dw, float dx) {
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
+}
+
+// Q5_1, per block: Q8_0's step (no bias: its quants are unsigned as they
+// are), then + the weights' minimums x the Q8_1 input's scaled sum sx.
+inline __m512 q5_1_step(__m512 acc, __m512i sum, __m512 dw, float dx, __m512 mw, float sx) {
+    return _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), q8_0_step(acc, sum, dw, dx));
 }
 
 // Q4_K, the mins of a super-block's sub-blocks 2p and 2p + 1 as int16 pairs per row.

@@ -22,9 +22,15 @@ constexpr int kQKK = 256;  // values per K-quant super-block
 constexpr size_t kGroupBlock = kRows * 2 + kRows * kQK;
 // One Q8_0-quantized input column: per block, 32 int8 quants, the
 // fp16-rounded scale as float, and -128 times the quants' sum (an exact int32).
+// Q8_1 (the input of Q5_1) the same size: the same quants and scale, then
+// ggml's fp16-rounded scale x sum of the quants, as float.
 constexpr size_t kColBlock = kQK + 2 * sizeof(int32_t);
 
-// One Q8_K-quantized input column (the input of Q4_K and Q6_K): per 256
+// Q5_1, per group and block: 16 fp16 scales d, 16 fp16 minimums m, then the
+// 5-bit quants q (value d q + m) as Q8_0's 8 vectors of 16 rows x 4, unsigned as they are.
+constexpr size_t kQ51M = kRows * 2, kQ51Qs = kRows * 4, kQ51Block = kQ51Qs + kRows * kQK;
+
+// One Q8_K-quantized input column (the input of Q4_K, Q5_K and Q6_K): per 256
 // values, the int8 quants, their sums per 16 and per 32 (int16), the scale.
 constexpr size_t kKQs = 0, kKSum16 = 256, kKSum32 = 288, kKD = 304, kKColBlock = 308;
 
@@ -33,6 +39,11 @@ constexpr size_t kKQs = 0, kKSum16 = 256, kKSum32 = 288, kKD = 304, kKColBlock =
 // 2p and 2p+1: 32 bytes per p), then per sub-block 4 vectors of 16 rows x 4
 // inputs whose low nibbles are inputs 4k.. and high nibbles inputs 16 + 4k..
 constexpr size_t kQ4D = 0, kQ4Dmin = 32, kQ4Sc = 64, kQ4Min = 192, kQ4Qs = 320, kQ4Block = 2368;
+// Q5_K, per group and super-block: Q4_K's layout of its scales, mins and low
+// 4 bits, then per sub-block one vector of the fifth bits: row r's byte i
+// holds in bit k the fifth bit of input 4k + i (the input whose low nibble
+// is in Q4_K's vector k % 4, low nibble for k < 4, high for k >= 4).
+constexpr size_t kQ5Qh = kQ4Block, kQ5Block = kQ4Block + 8 * 64;
 // Q6_K, per group and super-block: 16 fp16 d, the 16 scales as byte pairs
 // per row (32 bytes per 32 inputs), the low 4 bits as Q4_K's, then per 32
 // inputs two planes of the high 2 bits (plane h, bits 2t: inputs 16h + 4t..).
@@ -148,7 +159,7 @@ using WideTileFn = void (*)(const uint8_t *w, size_t group_bytes, int64_t groups
 // configure a thread once and expect it to stay).
 struct WideTiles {
     int cols;
-    WideTileFn q8_0, q4_k, q6_k;
+    WideTileFn q8_0, q4_k, q6_k, q5_k, q5_1;
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -157,13 +168,13 @@ struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
-    const Tiles *q8_0, *f16, *q4_k, *q6_k, *bf16;
+    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q5_1, *bf16;
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
-    // one column of x prepared for an input form (Q8_0, Q8_K, F16 or BF16), as ggml prepares it
+    // one column of x prepared for an input form (Q8_0, Q8_1, Q8_K, F16 or BF16), as ggml prepares it
     void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);
-    // AMX tiles for prompts through Q8_0, Q4_K and Q6_K (the "amx" set:
+    // AMX tiles for prompts through Q8_0, Q5_1, Q4_K, Q5_K and Q6_K (the "amx" set:
     // AVX-512's plus these), or null
     const WideTiles *wide = nullptr;
 };
@@ -176,6 +187,8 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_F16: return k.f16;
     case GGML_TYPE_Q4_K: return k.q4_k;
     case GGML_TYPE_Q6_K: return k.q6_k;
+    case GGML_TYPE_Q5_K: return k.q5_k;
+    case GGML_TYPE_Q5_1: return k.q5_1;
     case GGML_TYPE_BF16: return k.bf16;
     default: return nullptr;
     }
@@ -188,6 +201,8 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     case GGML_TYPE_Q5_0: return wide.q8_0;
     case GGML_TYPE_Q4_K: return wide.q4_k;
     case GGML_TYPE_Q6_K: return wide.q6_k;
+    case GGML_TYPE_Q5_K: return wide.q5_k;
+    case GGML_TYPE_Q5_1: return wide.q5_1;
     default: return nullptr;
     }
 }

@@ -1,5 +1,5 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0, Q4_K and Q6_K matrices, 16 columns x 16 rows
+// prompts through packed Q8_0, Q5_1, Q4_K, Q5_K and Q6_K matrices, 16 columns x 16 rows
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
@@ -113,37 +113,52 @@ struct Sums {
 
 // ---- Q8_0 ----
 
-// Per block, 16 columns' scales and biases (-128 x the quants' sum) side by side.
+// Per block, 16 columns' scales and, side by side, their biases (-128 x the
+// quants' sum; Q8_0) or scaled sums (Q8_1, as float bits; Q5_1).
 struct Q8Columns {
     float dx[16];
     int32_t bias[16];
 };
 
 // Block b's sums into the 16 columns' accumulators, as the AVX-512 tile
-// takes its exact sums: + bias, then acc += float(sum) x (weight scale x input scale).
+// takes its exact sums: Q8_0: + bias, then acc += float(sum) x (weight scale
+// x input scale); Q5_1 (kQ5_1): no bias, then + minimum x scaled sum.
+template <bool kQ5_1>
 inline void q8_accumulate(__m512 *acc, const Sums &s, const uint8_t *w, const Q8Columns &x) {
     const __m512 dw = load_f16x16(w);
-    for (int m = 0; m < 16; ++m) {
-        const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s.c[m]), _mm512_set1_epi32(x.bias[m]));
-        acc[m] = q8_0_step(acc[m], sum, dw, x.dx[m]);
+    if constexpr (kQ5_1) {
+        const __m512 mw = load_f16x16(w + kQ51M);
+        for (int m = 0; m < 16; ++m) {
+            float sx;
+            std::memcpy(&sx, &x.bias[m], sizeof sx);
+            acc[m] = q5_1_step(acc[m], _mm512_load_si512(s.c[m]), dw, x.dx[m], mw, sx);
+        }
+    } else {
+        for (int m = 0; m < 16; ++m) {
+            const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s.c[m]), _mm512_set1_epi32(x.bias[m]));
+            acc[m] = q8_0_step(acc[m], sum, dw, x.dx[m]);
+        }
     }
 }
 
-// Block sums through tiles A, B and C: one TDPBSUD.
-template <int A, int B, int C>
+// Block sums through tiles A, B and C: one TDPBSUD (B's quants at wb + kQs).
+template <int A, int B, int C, size_t kQs>
 inline void q8_block(const uint8_t *xb, size_t x_stride, const uint8_t *wb, Sums &out) {
     tile_zero<C>();
     tile_load<A>(xb, x_stride);
-    tile_load<B>(wb + 2 * kRows, 64);
+    tile_load<B>(wb + kQs, 64);
     tile_dot<C, A, B>();
     tile_store<C>(out);
 }
 
 // One TDPBSUD per block. Block b-1's sums, stored the step before, are
 // scaled after block b's tiles are issued (reading a tile's store at once
-// waits for it: 5-10% slower).
+// waits for it: 5-10% slower). Q8_0, or Q5_1 (kQ5_1: its quants unsigned
+// as they are, as TDPBSUD's B takes them).
+template <bool kQ5_1>
 void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
                 int64_t cols, float *y, int64_t ldy) {
+    constexpr size_t kBlock = kQ5_1 ? kQ51Block : kGroupBlock, kQs = kQ5_1 ? kQ51Qs : 2 * kRows;
     load_config(kQ8Config);
     const int64_t sets = cols / 16;
     thread_local std::vector<Q8Columns> columns;
@@ -165,27 +180,27 @@ void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb
             __m512 acc[16];
             for (auto &a : acc) a = _mm512_setzero_ps();
             for (int64_t b = 0; b < nb; ++b) {
-                const uint8_t *wb = w + b * kGroupBlock, *xb = xs + b * kColBlock;
+                const uint8_t *wb = w + b * kBlock, *xb = xs + b * kColBlock;
                 if (b % 2 == 0) {
-                    q8_block<0, 1, 2>(xb, x_stride, wb, sums[0]);
+                    q8_block<0, 1, 2, kQs>(xb, x_stride, wb, sums[0]);
                 } else {
-                    q8_block<3, 4, 5>(xb, x_stride, wb, sums[1]);
+                    q8_block<3, 4, 5, kQs>(xb, x_stride, wb, sums[1]);
                 }
-                if (b > 0) q8_accumulate(acc, sums[(b - 1) % 2], wb - kGroupBlock, xc[b - 1]);
+                if (b > 0) q8_accumulate<kQ5_1>(acc, sums[(b - 1) % 2], wb - kBlock, xc[b - 1]);
             }
-            q8_accumulate(acc, sums[(nb - 1) % 2], w + (nb - 1) * kGroupBlock, xc[nb - 1]);
+            q8_accumulate<kQ5_1>(acc, sums[(nb - 1) % 2], w + (nb - 1) * kBlock, xc[nb - 1]);
             float *yc = y + 16 * s * ldy + g * kRows;
             for (int m = 0; m < 16; ++m) _mm512_storeu_ps(yc + m * ldy, acc[m]);
         }
     }
 }
 
-// ---- Q4_K and Q6_K ----
+// ---- Q4_K, Q5_K and Q6_K ----
 //
 // Their sub-block scales are small integers, so each is folded into the
 // weights before the product: B holds quant x scale (at most 15 x 63 for
-// Q4_K, 63 x -128..127 for Q6_K: 16 bits) as a low byte (unsigned) and a
-// high byte (unsigned for Q4_K, signed for Q6_K) in two tiles, and a
+// Q4_K, 31 x 63 for Q5_K, 63 x -128..127 for Q6_K: 16 bits) as a low byte
+// (unsigned) and a high byte (unsigned for Q4_K and Q5_K, signed for Q6_K) in two tiles, and a
 // super-block's 256 inputs sum up in their two C tiles, low + 256 x high:
 // the same exact integer sum of quant x scale x input the AVX-512 tiles
 // form, then the same float steps. The staged B of a group (per super-block
@@ -219,11 +234,17 @@ inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo
     }
 }
 
+// Q4_K, or Q5_K (kBlock kQ5Block: the fifth bits after Q4_K's layout)
+template <size_t kBlock>
 void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
-    for (int64_t b = 0; b < nb; ++b, w += kQ4Block) {
+    for (int64_t b = 0; b < nb; ++b, w += kBlock) {
         for (int j = 0; j < 8; ++j) {
             __m512i v[8];
-            load_nibbles(w + kQ4Qs + 256 * j, v);
+            if constexpr (kBlock == kQ5Block) {
+                load_q5_k_unit(w, j, v);
+            } else {
+                load_nibbles(w + kQ4Qs + 256 * j, v);
+            }
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kQ4Sc + 16 * j)));
             stage_unit(v, sc, sc, out[b].lo + 512 * j, out[b].hi + 512 * j);
         }
@@ -256,7 +277,7 @@ inline __m512i k_total(const Sums &lo, const Sums &hi, int m) {
     return _mm512_add_epi32(_mm512_load_si512(lo.c[m]), _mm512_slli_epi32(_mm512_load_si512(hi.c[m]), 8));
 }
 
-// Super-block b's sums into the accumulators, as the AVX-512 Q4_K tile does.
+// Super-block b's sums into the accumulators, as the AVX-512 Q4_K (and Q5_K) tile does.
 inline void q4_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
     const __m512 dw = load_f16x16(w + kQ4D), dm = load_f16x16(w + kQ4Dmin);
     __m512i mins[4];
@@ -297,14 +318,15 @@ inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (
     tile_store<kHi>(out[1]);
 }
 
-// y for `groups` groups of Q4_K (kQ6 false) or Q6_K and `cols` columns (a
-// multiple of 16) of Q8_K-prepared input.
-template <bool kQ6>
+// y for `groups` groups of Q4_K, Q5_K or Q6_K (super-blocks of kBlock bytes)
+// and `cols` columns (a multiple of 16) of Q8_K-prepared input.
+template <size_t kBlock>
 void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
              int64_t cols, float *y, int64_t ldy) {
     load_config(kKConfig);
+    constexpr bool kQ6 = kBlock == kQ6Block;
     const int64_t sets = cols / 16;
-    const size_t block = kQ6 ? kQ6Block : kQ4Block;
+    const size_t block = kBlock;
     thread_local std::vector<KColumns> columns;
     thread_local std::vector<Staged> staged;
     columns.resize(nb * sets);
@@ -327,7 +349,7 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
         if constexpr (kQ6) {
             stage_q6_k(w, nb, staged.data());
         } else {
-            stage_q4_k(w, nb, staged.data());
+            stage_q4_k<kBlock>(w, nb, staged.data());
         }
         tile_fence();
         for (int64_t s = 0; s < sets; ++s) {
@@ -377,7 +399,7 @@ bool amx_usable() {
 }  // namespace
 
 const WideTiles *amx_tiles() {
-    static const WideTiles tiles{16, q8_0_tiles, k_tiles<false>, k_tiles<true>, enter, leave};
+    static const WideTiles tiles{16, q8_0_tiles<false>, k_tiles<kQ4Block>, k_tiles<kQ6Block>, k_tiles<kQ5Block>, q8_0_tiles<true>, enter, leave};
     static const bool usable = amx_usable();
     return usable ? &tiles : nullptr;
 }

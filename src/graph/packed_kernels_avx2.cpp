@@ -1,7 +1,7 @@
 // toy's packed kernels for CPUs with AVX2, FMA and F16C but not AVX-512 VNNI:
 // the same layouts as the AVX-512 kernels, a group of 16 rows taken as two
 // halves of 8 (one 256-bit register each), up to 8 columns per weight load
-// for F16 (in passes of 6) and 4 for the integer types (Q8_0, Q4_K, Q6_K).
+// for F16 (in passes of 6) and 4 for the integer types (Q8_0, Q5_1, Q4_K, Q5_K, Q6_K).
 // Without VPDPBUSD the byte products go through VPMADDUBSW (pairs of
 // unsigned x signed bytes summed to int16, which cannot saturate here: the
 // unsigned side is below 64, or Q8_0's |w| <= 128 against |x| <= 127) and
@@ -37,20 +37,29 @@ inline void store_bytes(__m256i q0, __m256i q1, __m256i q2, __m256i q3, uint8_t 
 }
 
 // As the AVX-512 kernels prepare inputs (ggml's x86 rounding: nearest even).
+// Q8_0, or Q8_1 (kQ8_1): the same quants and scale, then ggml's fp16-rounded
+// scale x sum of the quants (from the scale before rounding) in place of the bias.
+template <bool kQ8_1 = false>
 void quantize_column_q8_0(const float *x, int64_t n_in, uint8_t *out) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t i = 0; i < n_in; i += kQK, x += kQK, out += kColBlock) {
         __m256 v[4], m = _mm256_setzero_ps();
         for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
         const float amax = simd::hmax_avx2(m);
-        const float d = fp16_round(amax / 127.f);
+        const float d_raw = amax / 127.f, d = fp16_round(d_raw);
         const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
         __m256i q[4];
         for (int k = 0; k < 4; ++k) q[k] = round_to_int(v[k], id);
         store_bytes(q[0], q[1], q[2], q[3], out);
-        const int32_t bias = -128 * simd::hsum_avx2(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        const int32_t sum = simd::hsum_avx2(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        const int32_t bias = -128 * sum;
         std::memcpy(out + kQK, &d, sizeof d);
-        std::memcpy(out + kQK + 4, &bias, sizeof bias);
+        if constexpr (kQ8_1) {
+            const float ds = fp16_round(d_raw * (float)sum);
+            std::memcpy(out + kQK + 4, &ds, sizeof ds);
+        } else {
+            std::memcpy(out + kQK + 4, &bias, sizeof bias);
+        }
     }
 }
 
@@ -101,6 +110,8 @@ void quantize_column_q8_k(const float *x, int64_t n_in, uint8_t *out) {
 void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
     if (form == GGML_TYPE_Q8_0) {
         quantize_column_q8_0(x, n, out);
+    } else if (form == GGML_TYPE_Q8_1) {
+        quantize_column_q8_0<true>(x, n, out);
     } else if (form == GGML_TYPE_Q8_K) {
         quantize_column_q8_k(x, n, out);
     } else if (form == GGML_TYPE_BF16) {
@@ -170,35 +181,60 @@ constexpr int kF16Cols = 6;
         return;                                                                              \
     }
 
-template <int C, bool kStream>
+// Q8_0, or Q5_1 (kQ5_1: its quants unsigned as they are, so no sign trick
+// and no bias: VPMADDUBSW pairs of at most 2 x 31 x 128; its minimums times
+// the Q8_1 input's scaled sums).
+template <int C, bool kStream, bool kQ5_1 = false>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(q8_0_tile, 4, nb, xq)
+    if constexpr (C > 4) {
+        q8_0_tile<4, kStream, kQ5_1>(w, nb, xq, x_stride, y, ldy);
+        q8_0_tile<C - 4, false, kQ5_1>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
+        return;
+    }
+    constexpr size_t kBlock = kQ5_1 ? kQ51Block : kGroupBlock, kQs = kQ5_1 ? kQ51Qs : 2 * kRows;
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     __m256 acc[2][C];
     for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
     halves_by_block<C, kStream>(nb, [&](auto h, int64_t b) TOY_INLINE {
-        const uint8_t *wb = w + b * kGroupBlock;
-        if (h == 0) prefetch_block<kStream>(wb, kGroupBlock);
+        const uint8_t *wb = w + b * kBlock;
+        if (h == 0) prefetch_block<kStream>(wb, kBlock);
         __m256i s[C];
         for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
-            const __m256i ws = _mm256_xor_si256(load(wb + 32 + 64 * j + 32 * h), flip);  // the signed quants
-            const __m256i aw = _mm256_sign_epi8(ws, ws);
-            for (int c = 0; c < C; ++c) {
-                const __m256i xv = bcast4(xq + c * x_stride + b * kColBlock + 4 * j);
-                s[c] = _mm256_add_epi32(s[c], dot4(aw, _mm256_sign_epi8(xv, ws)));
-                in_register(s[c]);
+            const __m256i wv = load(wb + kQs + 64 * j + 32 * h);
+            if constexpr (kQ5_1) {
+                for (int c = 0; c < C; ++c) {
+                    s[c] = _mm256_add_epi32(s[c], dot4(wv, bcast4(xq + c * x_stride + b * kColBlock + 4 * j)));
+                    in_register(s[c]);
+                }
+            } else {
+                const __m256i ws = _mm256_xor_si256(wv, flip);  // the signed quants
+                const __m256i aw = _mm256_sign_epi8(ws, ws);
+                for (int c = 0; c < C; ++c) {
+                    const __m256i xv = bcast4(xq + c * x_stride + b * kColBlock + 4 * j);
+                    s[c] = _mm256_add_epi32(s[c], dot4(aw, _mm256_sign_epi8(xv, ws)));
+                    in_register(s[c]);
+                }
             }
         }
         const __m256 dw = _mm256_cvtph_ps(load128(wb + 16 * h));
         for (int c = 0; c < C; ++c) {
-            const float dx = load_f32(xq + c * x_stride + b * kColBlock + kQK);
-            acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[h][c]);
+            const uint8_t *xb = xq + c * x_stride + b * kColBlock;
+            acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(load_f32(xb + kQK))), acc[h][c]);
+            if constexpr (kQ5_1) {
+                const __m256 mw = _mm256_cvtph_ps(load128(wb + kQ51M + 16 * h));
+                acc[h][c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(load_f32(xb + kQK + 4)), acc[h][c]);
+            }
         }
     });
     for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[h][c]);
+}
+
+template <int C, bool kStream>
+void q5_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, true>(w, nb, xq, x_stride, y, ldy);
 }
 
 // F16. Both halves of the group per input, so each weight vector is
@@ -304,37 +340,72 @@ TOY_INLINE inline void k_quant_blocks(const uint8_t *w, int64_t nb, const uint8_
     });
 }
 
+// Bit k of every byte of h moved to bit 4 (the rest cleared): Q5_K's fifth
+// bit of the inputs in vector k of a unit (each 16-bit shift moves it within its byte).
+template <int K>
+inline __m256i fifth_bit(__m256i h) {
+    const __m256i m = _mm256_set1_epi8(0x10);
+    if constexpr (K < 4) return _mm256_and_si256(_mm256_slli_epi16(h, 4 - K), m);
+    if constexpr (K == 4) return _mm256_and_si256(h, m);
+    return _mm256_and_si256(_mm256_srli_epi16(h, K - 4), m);
+}
+
 // Q4_K and Q6_K keep their float sums in y (16 registers hold the integer
 // sums of 4 columns, not those too): one load and store per super-block.
-template <int C, bool kStream>
+// Q4_K, or Q5_K (kBlock kQ5Block: its fifth bits after Q4_K's layout, the
+// same scales, mins and float steps).
+template <int C, bool kStream, size_t kBlock = kQ4Block>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(q4_k_tile, 4, nb, xq)  // with the int16 sums below 4 columns fit (2 before them)
+    if constexpr (C > 4) {  // with the int16 sums below 4 columns fit (2 before them)
+        q4_k_tile<4, kStream, kBlock>(w, nb, xq, x_stride, y, ldy);
+        q4_k_tile<C - 4, false, kBlock>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
+        return;
+    }
+    constexpr bool kQ5 = kBlock == kQ5Block;
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    k_quant_blocks<C, kStream, kQ4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
+    k_quant_blocks<C, kStream, kBlock>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
-            prefetch_part<kStream>(wb, kQ4Block, 8 * h + j, 16);
+            prefetch_part<kStream>(wb, kBlock, 8 * h + j, 16);
             // A 4-bit quant times an int8 input (|q| <= 127, Q8_K) gives
             // VPMADDUBSW pairs of at most 3810: the unit's 8 products per
             // row add up in int16 (<= 30480), and one VPMADDWD against the
             // row's sub-block scale (< 64, in both halves of its lane) gives
-            // the scaled int32 sum: no VPMULLD, one widening per unit.
-            __m256i s[C];
-            for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
-            for (int k = 0; k < 4; ++k) {
-                const __m256i n = load(wb + kQ4Qs + 256 * j + 64 * k + 32 * h);
-                const __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
-                for (int c = 0; c < C; ++c) {
-                    const uint8_t *q = xb[c] + kKQs + 32 * j;
-                    s[c] = _mm256_add_epi16(s[c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q + 4 * k)),
-                                                                   _mm256_maddubs_epi16(hi, bcast4(q + 16 + 4 * k))));
-                    in_register(s[c]);
-                }
-            }
+            // the scaled int32 sum: no VPMULLD, one widening per unit. A
+            // 5-bit quant's pairs reach 7874: widened every 4 products.
             const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kQ4Sc + 16 * j + 8 * h)));
             const __m256i sc = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
-            for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_madd_epi16(s[c], sc));
+            const __m256i hb = kQ5 ? load(wb + kQ5Qh + 64 * j + 32 * h) : _mm256_setzero_si256();
+            __m256i s[C];
+            auto steps = [&](auto kc) TOY_INLINE {  // inputs 4k.. and 16 + 4k.. for k in kc, kc + 1 (Q5_K) or kc..kc + 3
+                constexpr int k0 = decltype(kc)::value, kn = kQ5 ? 2 : 4;
+                for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+                auto step = [&](auto kk) TOY_INLINE {
+                    constexpr int k = decltype(kk)::value;
+                    const __m256i n = load(wb + kQ4Qs + 256 * j + 64 * k + 32 * h);
+                    __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
+                    if constexpr (kQ5) {
+                        lo = _mm256_or_si256(lo, fifth_bit<k>(hb));
+                        hi = _mm256_or_si256(hi, fifth_bit<k + 4>(hb));
+                    }
+                    for (int c = 0; c < C; ++c) {
+                        const uint8_t *q = xb[c] + kKQs + 32 * j;
+                        s[c] = _mm256_add_epi16(s[c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q + 4 * k)),
+                                                                       _mm256_maddubs_epi16(hi, bcast4(q + 16 + 4 * k))));
+                        in_register(s[c]);
+                    }
+                };
+                step(std::integral_constant<int, k0>{});
+                step(std::integral_constant<int, k0 + 1>{});
+                if constexpr (kn == 4) {
+                    step(std::integral_constant<int, k0 + 2>{});
+                    step(std::integral_constant<int, k0 + 3>{});
+                }
+                for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_madd_epi16(s[c], sc));
+            };
+            steps(std::integral_constant<int, 0>{});
+            if constexpr (kQ5) steps(std::integral_constant<int, 2>{});
         }
         const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ4D + 16 * h)), dm = _mm256_cvtph_ps(load128(wb + kQ4Dmin + 16 * h));
         for (int c = 0; c < C; ++c) {
@@ -349,6 +420,11 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             _mm256_storeu_ps(yc, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dm, dy), acc));
         }
     });
+}
+
+template <int C, bool kStream>
+void q5_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q4_k_tile<C, kStream, kQ5Block>(w, nb, xq, x_stride, y, ldy);
 }
 
 // Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
@@ -427,7 +503,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 #undef TOY_UNROLL
 
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
-                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile),
+                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile), kQ51Tiles = TOY_TILES(q5_1_tile),
                  kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
@@ -437,7 +513,7 @@ const KernelSet *avx2_kernels() {
     // faster than over ggml's layout and its prompts are no slower than
     // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
-    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kBf16Tiles, true, false, prepare};
+    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ51Tiles, &kBf16Tiles, true, false, prepare};
     return &set;
 }
 

@@ -24,20 +24,28 @@ namespace {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+// Q8_0, or Q8_1 (kQ8_1): the same quants and scale, then ggml's fp16-rounded
+// scale x sum of the quants (from the scale before rounding) in place of the bias.
+template <bool kQ8_1 = false>
 void quantize_column_q8_0(const float *x, int64_t n_in, uint8_t *out) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int64_t i = 0; i < n_in; i += kQK, out += kColBlock) {
         __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-        const float d = _cvtsh_ss(_cvtss_sh(amax / 127.f, 0));
+        const float d_raw = amax / 127.f, d = _cvtsh_ss(_cvtss_sh(d_raw, 0));
         const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
         const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT));
         const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT));
         _mm_storeu_si128(reinterpret_cast<__m128i *>(out), _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128(reinterpret_cast<__m128i *>(out + 16), _mm512_cvtepi32_epi8(q1));
-        const int32_t bias = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)), bias = -128 * sum;
         std::memcpy(out + kQK, &d, sizeof d);
-        std::memcpy(out + kQK + 4, &bias, sizeof bias);
+        if constexpr (kQ8_1) {
+            const float ds = _cvtsh_ss(_cvtss_sh(d_raw * (float)sum, 0));
+            std::memcpy(out + kQK + 4, &ds, sizeof ds);
+        } else {
+            std::memcpy(out + kQK + 4, &bias, sizeof bias);
+        }
     }
 }
 
@@ -100,25 +108,40 @@ inline __m512i dot_u8s8(__m512i s, const __m512i *w, const uint8_t *x) {
 }
 
 // y[c * ldy + r] for a group's 16 rows and C columns of prepared input;
-// `depth` units (blocks, or inputs for F16) of the group at w.
-template <int C, bool kStream>
+// `depth` units (blocks, or inputs for F16) of the group at w. Q8_0, or
+// Q5_1 (kQ5_1: its quants unsigned as they are, no bias; its minimums times
+// the Q8_1 input's scaled sums).
+template <int C, bool kStream, bool kQ5_1 = false>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    constexpr size_t kBlock = kQ5_1 ? kQ51Block : kGroupBlock, kQs = kQ5_1 ? kQ51Qs : 2 * kRows;
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, w += kGroupBlock) {
-        prefetch_block<kStream>(w, kGroupBlock);
-        const __m512 dw = load_f16x16(w);
+    for (int64_t b = 0; b < nb; ++b, w += kBlock) {
+        prefetch_block<kStream>(w, kBlock);
+        const __m512 dw = load_f16x16(w), mw = kQ5_1 ? load_f16x16(w + kQ51M) : _mm512_setzero_ps();
         __m512i q[8];
-        for (int j = 0; j < 8; ++j) q[j] = _mm512_loadu_si512(w + 32 + 64 * j);
+        for (int j = 0; j < 8; ++j) q[j] = _mm512_loadu_si512(w + kQs + 64 * j);
         for (int c = 0; c < C; ++c) {
             const uint8_t *xb = xq + c * x_stride + b * kColBlock;
             float dx;
             std::memcpy(&dx, xb + kQK, sizeof dx);
-            const __m512i s = dot_u8s8<8, (C == 1)>(bcast4(xb + kQK + 4), q, xb);  // from the bias
-            acc[c] = q8_0_step(acc[c], s, dw, dx);
+            if constexpr (kQ5_1) {
+                float sx;
+                std::memcpy(&sx, xb + kQK + 4, sizeof sx);
+                const __m512i s = dot_u8s8<8, (C == 1)>(_mm512_setzero_si512(), q, xb);
+                acc[c] = q5_1_step(acc[c], s, dw, dx, mw, sx);
+            } else {
+                const __m512i s = dot_u8s8<8, (C == 1)>(bcast4(xb + kQK + 4), q, xb);  // from the bias
+                acc[c] = q8_0_step(acc[c], s, dw, dx);
+            }
         }
     }
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
+template <int C, bool kStream>
+void q5_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, true>(w, nb, xq, x_stride, y, ldy);
 }
 
 // F16: the input columns are float32 already rounded through fp16
@@ -148,27 +171,33 @@ void f16_tile(const uint8_t *w, int64_t n_in, const uint8_t *x, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, _mm512_add_ps(acc[c][0], acc[c][1]));
 }
 
-template <int C, bool kStream>
+// Q4_K, or Q5_K (kBlock kQ5Block: its fifth bits after Q4_K's layout, the
+// same scales, mins and float steps).
+template <int C, bool kStream, size_t kBlock = kQ4Block>
 void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     // At most 4 columns per pass: 8 kept the weights' 8 vectors, 8 integer
     // and 8 float sums live and spilled them (Llama-3.2-1B Q4_K_M pp512
     // 300-317 -> 409-416 t/s). Q8_0 and Q6_K gained nothing from the split.
     if constexpr (C > 4) {
-        q4_k_tile<4, kStream>(w, nb, xq, x_stride, y, ldy);
-        q4_k_tile<C - 4, false>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);  // the weights are in cache
+        q4_k_tile<4, kStream, kBlock>(w, nb, xq, x_stride, y, ldy);
+        q4_k_tile<C - 4, false, kBlock>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);  // the weights are in cache
         return;
     }
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, w += kQ4Block) {
+    for (int64_t b = 0; b < nb; ++b, w += kBlock) {
         const uint8_t *xb[C];
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
         __m512i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) {
-            prefetch_part<kStream>(w, kQ4Block, j, 8);
+            prefetch_part<kStream>(w, kBlock, j, 8);
             __m512i v[8];
-            load_nibbles(w + kQ4Qs + 256 * j, v);
+            if constexpr (kBlock == kQ5Block) {
+                load_q5_k_unit(w, j, v);
+            } else {
+                load_nibbles(w + kQ4Qs + 256 * j, v);
+            }
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kQ4Sc + 16 * j)));
             for (int c = 0; c < C; ++c) {
                 const __m512i s = dot_u8s8<8, (C <= 2)>(_mm512_setzero_si512(), v, xb[c] + kKQs + 32 * j);
@@ -187,6 +216,11 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         }
     }
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
+template <int C, bool kStream>
+void q5_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q4_k_tile<C, kStream, kQ5Block>(w, nb, xq, x_stride, y, ldy);
 }
 
 template <int C, bool kStream>
@@ -240,6 +274,8 @@ void round_column(const float *x, int64_t n, float *out) {
 void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
     if (form == GGML_TYPE_Q8_0) {
         quantize_column_q8_0(x, n, out);
+    } else if (form == GGML_TYPE_Q8_1) {
+        quantize_column_q8_0<true>(x, n, out);
     } else if (form == GGML_TYPE_Q8_K) {
         quantize_column_q8_k(x, n, out);
     } else if (form == GGML_TYPE_BF16) {
@@ -250,7 +286,8 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 }
 
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
-                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile);
+                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile),
+                 kQ51Tiles = TOY_TILES(q5_1_tile);
 
 }  // namespace
 }  // namespace toy::graph::packed
@@ -301,16 +338,16 @@ constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 }  // namespace
 
 const KernelSet *avx512_kernels(bool with_bf16) {
-    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, nullptr, true, false, prepare},
-        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kBf16Tiles, true, true, prepare};
+    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ51Tiles, nullptr, true, false, prepare},
+        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ51Tiles, &kBf16Tiles, true, true, prepare};
     return with_bf16 ? &bf16 : &plain;
 }
 
 const KernelSet *amx_kernels(bool with_bf16) {
     const WideTiles *wide = amx_tiles();
     if (!wide) return nullptr;
-    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, nullptr, true, false, prepare, wide},
-        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kBf16Tiles, true, true, prepare, wide};
+    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ51Tiles, nullptr, true, false, prepare, wide},
+        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ51Tiles, &kBf16Tiles, true, true, prepare, wide};
     return with_bf16 ? &bf16 : &plain;
 }
 

@@ -33,9 +33,21 @@ struct BlockQ5_0 {
     uint8_t qh[4];
     uint8_t qs[kQK / 2];
 };
+// Q5_1: 32 values d q + m, q of 5 bits stored as Q5_0's.
+struct BlockQ5_1 {
+    uint16_t d, m;  // fp16
+    uint8_t qh[4];
+    uint8_t qs[kQK / 2];
+};
 struct BlockQ4K {
     uint16_t d, dmin;  // fp16
     uint8_t scales[12];
+    uint8_t qs[kQKK / 2];
+};
+struct BlockQ5K {
+    uint16_t d, dmin;  // fp16
+    uint8_t scales[12];
+    uint8_t qh[kQKK / 8];
     uint8_t qs[kQKK / 2];
 };
 struct BlockQ6K {
@@ -46,7 +58,9 @@ struct BlockQ6K {
 };
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
 static_assert(sizeof(BlockQ5_0) == 22, "ggml's block_q5_0 is 22 bytes");
+static_assert(sizeof(BlockQ5_1) == 24, "ggml's block_q5_1 is 24 bytes");
 static_assert(sizeof(BlockQ4K) == 144, "ggml's block_q4_K is 144 bytes");
+static_assert(sizeof(BlockQ5K) == 176, "ggml's block_q5_K is 176 bytes");
 static_assert(sizeof(BlockQ6K) == 210, "ggml's block_q6_K is 210 bytes");
 static_assert(kGroupBlock == kRows * sizeof(BlockQ8_0), "the packed layout keeps Q8_0's size");
 static_assert(kQ6Block == kRows * sizeof(BlockQ6K), "the packed layout keeps Q6_K's size");
@@ -64,8 +78,10 @@ bool format_of(ggml_type type, Format *f) {
     switch (type) {
     case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q5_0: *f = {kQK, kGroupBlock, GGML_TYPE_Q8_0}; return true;
+    case GGML_TYPE_Q5_1: *f = {kQK, kQ51Block, GGML_TYPE_Q8_1}; return true;
     case GGML_TYPE_F16: *f = {1, kRows * sizeof(uint16_t), GGML_TYPE_F16}; return true;
     case GGML_TYPE_Q4_K: *f = {kQKK, kQ4Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_Q5_K: *f = {kQKK, kQ5Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_BF16: *f = {2, kRows * 2 * sizeof(uint16_t), GGML_TYPE_BF16}; return true;
     default: return false;
@@ -75,7 +91,8 @@ bool format_of(ggml_type type, Format *f) {
 // Bytes of one prepared input column of n_in values for an input form.
 size_t column_bytes(ggml_type input, int64_t n_in) {
     switch (input) {
-    case GGML_TYPE_Q8_0: return n_in / kQK * kColBlock;
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q8_1: return n_in / kQK * kColBlock;
     case GGML_TYPE_Q8_K: return n_in / kQKK * kKColBlock;
     case GGML_TYPE_BF16: return n_in * sizeof(uint16_t);
     default: return n_in * sizeof(float);
@@ -114,25 +131,33 @@ void put_nibbles(const uint8_t *q, int r, uint8_t *out) {
     }
 }
 
+// A Q5_0 or Q5_1 block's 5-bit quants q, eight at a time in a 64-bit word
+// (a load packs every such matrix of a model): values 8 part .. 8 part + 7
+// as bytes, q itself (kFifth 0x10: the low nibble with the fifth bit as 16),
+// or q - 16 as an int8 (kFifth 0xF0: the low nibble with 0xF0 above it where
+// the fifth bit is clear).
+template <uint64_t kFifth = 0x10>
+uint64_t five_bit_quants(const uint8_t *qh, const uint8_t *qs, int part) {
+    constexpr uint64_t kLow = 0x0F0F0F0F0F0F0F0Full, kOnes = 0x0101010101010101ull;
+    uint32_t high;
+    std::memcpy(&high, qh, sizeof high);
+    uint64_t nibs;
+    std::memcpy(&nibs, qs + 8 * (part % 2), sizeof nibs);
+    nibs = part < 2 ? nibs & kLow : (nibs >> 4) & kLow;
+    // bit i of the 8 fifth bits into byte i (0 or 1): repeat the byte, keep bit i of byte i, set bit 7 where kept
+    const uint64_t kept = ((high >> (8 * part)) & 0xFF) * kOnes & 0x8040201008040201ull;
+    const uint64_t fifth = ((kept + 0x7F7F7F7F7F7F7F7Full) >> 7) & kOnes;
+    return kFifth == 0x10 ? nibs | fifth * 0x10 : nibs | (fifth ^ kOnes) * 0xF0;
+}
+
 // A Q5_0 block as the Q8_0 block of the same values: q - 16 in [-16, 15]
 // is an int8, d the same fp16 scale (exact; ggml multiplies both by a Q8_0
-// input, so the products are ggml's). Eight values at a time in a 64-bit
-// word (a load packs every Q5_0 matrix of a model): a byte q - 16 is the
-// low nibble with 0xF0 above it where the fifth bit is clear.
+// input, so the products are ggml's).
 BlockQ8_0 as_q8_0(const BlockQ5_0 &b) {
-    constexpr uint64_t kLow = 0x0F0F0F0F0F0F0F0Full, kOnes = 0x0101010101010101ull;
     BlockQ8_0 q{};
     q.d = b.d;
-    uint32_t high;
-    std::memcpy(&high, b.qh, sizeof high);
-    for (int part = 0; part < 4; ++part) {  // values 8 part .. 8 part + 7
-        uint64_t nibs;
-        std::memcpy(&nibs, b.qs + 8 * (part % 2), sizeof nibs);
-        nibs = part < 2 ? nibs & kLow : (nibs >> 4) & kLow;
-        // bit i of the 8 fifth bits into byte i (0 or 1): repeat the byte, keep bit i of byte i, set bit 7 where kept
-        const uint64_t kept = ((high >> (8 * part)) & 0xFF) * kOnes & 0x8040201008040201ull;
-        const uint64_t fifth = ((kept + 0x7F7F7F7F7F7F7F7Full) >> 7) & kOnes;
-        const uint64_t bytes = nibs | (fifth ^ kOnes) * 0xF0;
+    for (int part = 0; part < 4; ++part) {
+        const uint64_t bytes = five_bit_quants<0xF0>(b.qh, b.qs, part);
         std::memcpy(q.qs + 8 * part, &bytes, sizeof bytes);
     }
     return q;
@@ -157,6 +182,24 @@ void pack_q8_0_group(const Block *in, int64_t nb, uint8_t *out) {
     }
 }
 
+// Q5_1, per group and block: the 16 rows' d and m, then their quants (0..31)
+// as 8 vectors of 16 rows x 4, as Q8_0's are laid out.
+void pack_q5_1_group(const BlockQ5_1 *in, int64_t nb, uint8_t *out) {
+    for (int64_t b = 0; b < nb; ++b, out += kQ51Block) {
+        for (int r = 0; r < kRows; ++r) {
+            const BlockQ5_1 &blk = in[r * nb + b];
+            std::memcpy(out + 2 * r, &blk.d, 2);
+            std::memcpy(out + kQ51M + 2 * r, &blk.m, 2);
+            uint8_t q[kQK];
+            for (int part = 0; part < 4; ++part) {
+                const uint64_t bytes = five_bit_quants(blk.qh, blk.qs, part);
+                std::memcpy(q + 8 * part, &bytes, sizeof bytes);
+            }
+            for (int j = 0; j < 8; ++j) std::memcpy(out + kQ51Qs + 64 * j + 4 * r, q + 4 * j, 4);
+        }
+    }
+}
+
 void pack_f16_group(const uint16_t *in, int64_t n_in, uint16_t *out) {
     for (int64_t k = 0; k < n_in; ++k) {
         for (int r = 0; r < kRows; ++r) *out++ = in[r * n_in + k];
@@ -173,25 +216,49 @@ void pack_bf16_group(const uint16_t *in, int64_t n_in, uint16_t *out) {
     }
 }
 
-void pack_q4_k_group(const BlockQ4K *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += kQ4Block) {
+// A Q4_K or Q5_K super-block's quants in order (sub-block j is 32j..32j+31):
+// per 64 inputs, 32 bytes of low nibbles then high ones; Q5_K's fifth bit of
+// input 32j + l is bit j of qh[l].
+void k_values(const BlockQ4K &blk, uint8_t *q) {
+    for (int c = 0; c < 4; ++c) {
+        for (int l = 0; l < 32; ++l) {
+            q[64 * c + l] = blk.qs[32 * c + l] & 15;
+            q[64 * c + 32 + l] = blk.qs[32 * c + l] >> 4;
+        }
+    }
+}
+void k_values(const BlockQ5K &blk, uint8_t *q) {
+    for (int c = 0; c < 4; ++c) {
+        for (int l = 0; l < 32; ++l) {
+            q[64 * c + l] = (blk.qs[32 * c + l] & 15) | ((blk.qh[l] >> (2 * c)) & 1) << 4;
+            q[64 * c + 32 + l] = (blk.qs[32 * c + l] >> 4) | ((blk.qh[l] >> (2 * c + 1)) & 1) << 4;
+        }
+    }
+}
+
+// Q4_K (kBlock kQ4Block) or Q5_K (kQ5Block: the fifth bits after Q4_K's layout).
+template <typename Block, size_t kBlock>
+void pack_q4_k_group(const Block *in, int64_t nb, uint8_t *out) {
+    for (int64_t b = 0; b < nb; ++b, out += kBlock) {
         for (int r = 0; r < kRows; ++r) {
-            const BlockQ4K &blk = in[r * nb + b];
+            const Block &blk = in[r * nb + b];
             std::memcpy(out + kQ4D + 2 * r, &blk.d, 2);
             std::memcpy(out + kQ4Dmin + 2 * r, &blk.dmin, 2);
-            uint8_t q[kQKK];  // values in order: sub-block j is 32j..32j+31
-            for (int c = 0; c < 4; ++c) {
-                for (int l = 0; l < 32; ++l) {
-                    q[64 * c + l] = blk.qs[32 * c + l] & 15;
-                    q[64 * c + 32 + l] = blk.qs[32 * c + l] >> 4;
-                }
-            }
+            uint8_t q[kQKK];
+            k_values(blk, q);
             for (int j = 0; j < 8; ++j) {
                 uint8_t sc, m;
                 q4k_scale_min(blk.scales, j, &sc, &m);
                 out[kQ4Sc + 16 * j + r] = sc;
                 out[kQ4Min + 32 * (j / 2) + 2 * r + j % 2] = m;
                 put_nibbles(q + 32 * j, r, out + kQ4Qs + 256 * j);
+                if constexpr (kBlock == kQ5Block) {
+                    for (int i = 0; i < 4; ++i) {
+                        uint8_t bits = 0;
+                        for (int k = 0; k < 8; ++k) bits |= ((q[32 * j + 4 * k + i] >> 4) & 1) << k;
+                        out[kQ5Qh + 64 * j + 4 * r + i] = bits;
+                    }
+                }
             }
         }
     }
@@ -447,10 +514,12 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         switch (type) {
         case GGML_TYPE_Q8_0: pack_q8_0_group(reinterpret_cast<const BlockQ8_0 *>(s), depth, d); break;
         case GGML_TYPE_Q5_0: pack_q8_0_group(reinterpret_cast<const BlockQ5_0 *>(s), depth, d); break;
+        case GGML_TYPE_Q5_1: pack_q5_1_group(reinterpret_cast<const BlockQ5_1 *>(s), depth, d); break;
         case GGML_TYPE_F16:
             pack_f16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;
-        case GGML_TYPE_Q4_K: pack_q4_k_group(reinterpret_cast<const BlockQ4K *>(s), depth, d); break;
+        case GGML_TYPE_Q4_K: pack_q4_k_group<BlockQ4K, kQ4Block>(reinterpret_cast<const BlockQ4K *>(s), depth, d); break;
+        case GGML_TYPE_Q5_K: pack_q4_k_group<BlockQ5K, kQ5Block>(reinterpret_cast<const BlockQ5K *>(s), depth, d); break;
         case GGML_TYPE_BF16:
             pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;
@@ -466,7 +535,7 @@ ggml_type packed_input_type(ggml_type type) {
 
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type) {
     const Format f = checked_format(x, type);
-    static const ggml_type kForms[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_K, GGML_TYPE_F16, GGML_TYPE_BF16};
+    static const ggml_type kForms[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16, GGML_TYPE_BF16};
     const ggml_type *form = std::find(std::begin(kForms), std::end(kForms), f.input);
     ggml_tensor *args[] = {x};
     return ggml_custom_4d(ctx, GGML_TYPE_I8, (int64_t)column_bytes(f.input, x->ne[0]), columns(x), 1, 1, args, 1,

@@ -1,7 +1,7 @@
-// toy's own matrix-multiply kernels for Q8_0, F16, Q4_K, Q6_K and BF16 weights on
+// toy's own matrix-multiply kernels for Q8_0, Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
-// Q4_K and Q6_K prompts where the CPU has AMX, packed_kernels_amx.cpp),
+// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K prompts where the CPU has AMX, packed_kernels_amx.cpp),
 // where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
@@ -13,7 +13,14 @@
 // - Q8_0: per block of 32 inputs, the 16 rows' fp16 scales, then their
 //   16 x 32 quants with 128 added (unsigned) and interleaved 4 bytes per row,
 //   so one VPDPBUSD multiplies 4 inputs of all 16 rows by one broadcast
-//   4-byte group of a column. Same size as Q8_0.
+//   4-byte group of a column. Same size as Q8_0. Q5_0 as the Q8_0 blocks of
+//   its values (d (q - 16): exact).
+// - Q5_1 (d q + m, the type llama-quantize writes for Q5_K where rows are
+//   not whole super-blocks): per block the 16 rows' d and m, then their
+//   5-bit quants as Q8_0's are laid out (not shifted: unsigned already),
+//   against the input as ggml quantizes it for Q5_1 (Q8_1: Q8_0's quants
+//   and scale, and the fp16 scale x sum of the quants that the minimums
+//   multiply). 9 bits a weight where Q5_1 stores 6.
 // - F16: per input, the 16 rows' weights; VCVTPH2PS + FMA with float32
 //   columns rounded through fp16 first (as ggml rounds them), so every
 //   product is ggml's, exact in float32. Same size as F16.
@@ -25,6 +32,10 @@
 //   exact int32 sums, the mins (Q4_K) and the offset 32 (Q6_K) taken back
 //   with the input's sums of 32 and 16 values. Q6_K keeps its size, Q4_K
 //   grows 2.8% (its 6-bit scales stored as bytes).
+// - Q5_K: Q4_K's layout, then per sub-block a vector of the 16 rows' fifth
+//   bits (one byte per row and 4 inputs, bit k for the inputs of Q4_K's
+//   vector k), ORed into the nibbles as they are loaded; Q4_K's float steps.
+//   2.3% larger than Q5_K.
 // - BF16 (CPUs with AVX512_BF16): per pair of inputs, the 16 rows' two
 //   bfloat16 side by side; VDPBF16PS against the input rounded to bfloat16
 //   as ggml rounds it, each product exact in float32. Same size as BF16.
@@ -46,8 +57,8 @@
 
 namespace toy::graph {
 
-// Whether a kernel takes a matrix of this type and shape: Q8_0, F16, Q4_K,
-// Q6_K or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
+// Whether a kernel takes a matrix of this type and shape: Q8_0, Q5_0, F16,
+// Q5_1, Q4_K, Q5_K, Q6_K or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
 // runs one of the kernel sets (AVX-512 VNNI, BF16 only with AVX512_BF16;
 // else AVX2 + FMA + F16C, without BF16; chosen at run time). False
 // elsewhere, where ggml's own kernels run.
@@ -60,7 +71,7 @@ bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 // packing at all).
 const char *packed_kernels_name();
 // Whether the set in use has wide tiles (AMX) for prompts through matrices
-// of `type` (Q8_0, Q4_K and Q6_K on the amx set).
+// of `type` (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K on the amx set).
 bool packed_wide_tiles(ggml_type type);
 // Switches to the named set ("amx", "avx512" or "avx2") if the CPU runs it and a
 // set is in use (the layouts are the same, so packed matrices stay valid);
@@ -88,12 +99,12 @@ ggml_tensor *packed_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, g
 bool packed_input_inline(const ggml_tensor *x);
 
 // The form of the input a matrix of `type` multiplies: matrices whose types
-// give the same value (Q4_K and Q6_K; gate and up of one type) can share one
+// give the same value (Q4_K, Q5_K and Q6_K; gate and up of one type) can share one
 // quantize_input of the same x.
 ggml_type packed_input_type(ggml_type type);
 
 // x [n_in, ...] prepared for packed_mul_mat by a matrix of `type` (Q8_0,
-// Q4_K, Q6_K: quantized as ggml quantizes that matmul's input; F16, BF16:
+// Q5_0, Q5_1 and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
 // rounded through fp16 or to bfloat16, as ggml does).
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type);
 

@@ -319,8 +319,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // 7-17%; ggml's AMX kept only where toy's set lacks them).
     auto toy_kernel_first = [&](ggml_backend_buffer_type_t b, const Entry &e) {
         const char *name = ggml_backend_buft_name(b);
-        const bool amx_slower = e.type == GGML_TYPE_F16 || e.type == GGML_TYPE_Q4_K || e.type == GGML_TYPE_Q6_K ||
-                                graph::packed_wide_tiles(e.type);
+        const bool amx_slower = e.type == GGML_TYPE_F16 || e.type == GGML_TYPE_Q4_K || e.type == GGML_TYPE_Q5_K ||
+                                e.type == GGML_TYPE_Q6_K || graph::packed_wide_tiles(e.type);
         return packed_for(e) && (std::strcmp(name, "CPU_REPACK") == 0 || (std::strcmp(name, "AMX") == 0 && amx_slower));
     };
     auto extra_for = [&](const Entry &e) -> ggml_backend_buffer_type_t {
