@@ -3,7 +3,7 @@
 // machine whose end-to-end numbers drift by 20% (BENCHMARKS.md, Zen 3).
 //
 //   toy_tile_bench TYPE N_IN N_OUT [COLUMNS] [MIB]
-//     TYPE     q8_0, q5_1, q4_k, q5_k, q6_k or f16 (a matrix [N_IN, N_OUT] of random values)
+//     TYPE     q8_0, q5_0, q5_1, q4_k, q5_k, q6_k or f16 (a matrix [N_IN, N_OUT] of random values)
 //     COLUMNS  input columns per product, 1-8 (1: decoding), or a
 //              multiple of 16 on the amx set (its AMX tiles)        [1]
 //     MIB      distinct copies of the matrix cycled through, at least this
@@ -51,7 +51,7 @@ using namespace toy::graph;
 using namespace toy::graph::packed;
 
 [[noreturn]] void usage(const char *why) {
-    std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q5_1|q4_k|q5_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB]\n"
+    std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q5_0|q5_1|q4_k|q5_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB]\n"
                  "       toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB] [K_TYPE[:V_TYPE]]\n", why);
     std::exit(1);
 }
@@ -147,17 +147,18 @@ int main(int argc, char **argv) {
     if (argc < 4) usage("expected TYPE N_IN N_OUT");
     const std::string type_name = argv[1];
     const ggml_type type = type_name == "q8_0"   ? GGML_TYPE_Q8_0
+                           : type_name == "q5_0" ? GGML_TYPE_Q5_0
                            : type_name == "q5_1" ? GGML_TYPE_Q5_1
                            : type_name == "q4_k" ? GGML_TYPE_Q4_K
                            : type_name == "q5_k" ? GGML_TYPE_Q5_K
                            : type_name == "q6_k" ? GGML_TYPE_Q6_K
                            : type_name == "f16"  ? GGML_TYPE_F16
                                                  : GGML_TYPE_COUNT;
-    if (type == GGML_TYPE_COUNT) usage(("TYPE: expected q8_0, q5_1, q4_k, q5_k, q6_k or f16, found '" + type_name + "'").c_str());
+    if (type == GGML_TYPE_COUNT) usage(("TYPE: expected q8_0, q5_0, q5_1, q4_k, q5_k, q6_k or f16, found '" + type_name + "'").c_str());
     const int64_t n_in = number(argv[2], "N_IN"), n_out = number(argv[3], "N_OUT");
     const int columns = argc > 4 ? (int)number(argv[4], "COLUMNS") : 1;
     const size_t mib = argc > 5 ? (size_t)number(argv[5], "MIB") : 64;
-    const int64_t unit = type == GGML_TYPE_F16 ? 1 : type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_1 ? kQK : kQKK;
+    const int64_t unit = type == GGML_TYPE_F16 ? 1 : ggml_blck_size(type) == kQK ? kQK : kQKK;
     if (n_in <= 0 || n_in % unit || n_out <= 0 || n_out % kRows) {
         usage(("N_IN must be a multiple of " + std::to_string(unit) + " and N_OUT of " + std::to_string(kRows)).c_str());
     }

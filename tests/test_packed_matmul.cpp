@@ -180,8 +180,8 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
                 } else if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0) {
-                    // both sum the same exact block products (Q5_0: packed as the Q8_0 blocks of its
-                    // values, ggml's Q5_0 product takes a Q8_0 input too); only the order of the float sums differs
+                    // both sum the same exact block products (Q5_0: q x - 16 sum(x) for ggml's
+                    // (q - 16) x, against the same Q8_0 input); only the order of the float sums differs
                     const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
@@ -317,11 +317,10 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_1, ok, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_1, ok, 2));
     EXPECT_EQ(graph::packed_size(GGML_TYPE_Q6_K, 256, 32), ggml_row_size(GGML_TYPE_Q6_K, 256) * 32);
-    // Q5_0 packs as the Q8_0 blocks of its values: a Q8_0 matrix's bytes, its input Q8_0's
-    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_0, 64, 32), ggml_row_size(GGML_TYPE_Q8_0, 64) * 32);
+    // Q5_0 and Q5_1 keep their sizes; their inputs are ggml's (Q8_0, Q8_1)
+    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_0, 64, 32), ggml_row_size(GGML_TYPE_Q5_0, 64) * 32);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_0), GGML_TYPE_Q8_0);
-    // Q5_1: per block of 16 rows their scales and minimums, then Q8_0's quants; its input Q8_1 (ggml's)
-    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_1, 64, 32), 2 * 2 * (16 * 4 + 16 * 32u));
+    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_1, 64, 32), ggml_row_size(GGML_TYPE_Q5_1, 64) * 32);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_1), GGML_TYPE_Q8_1);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_K), graph::packed_input_type(GGML_TYPE_Q6_K));
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_K), graph::packed_input_type(GGML_TYPE_Q6_K));

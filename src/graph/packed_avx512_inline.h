@@ -26,13 +26,14 @@ inline void load_nibbles(const uint8_t *p, __m512i *v) {
     }
 }
 
-// The 8 vectors of Q5_K unit j (32 inputs) of the super-block at w: its
-// 5-bit quants as bytes, inputs 4k.. in v[k], 16 + 4k.. in v[4 + k] (Q4_K's
-// nibbles with bit k of the unit's fifth-bit vector in bit 4; each 16-bit
+// The 8 vectors of a unit of 5-bit quants (32 inputs of 16 rows: Q5_K's
+// sub-blocks, Q5_0's and Q5_1's blocks) from its 4 vectors of nibbles at nib
+// and its fifth bits at bits: the quants as bytes, inputs 4k.. in v[k]
+// (Q4_K's nibbles with bit k of the fifth-bit vector in bit 4; each 16-bit
 // shift moves that bit within its byte).
-inline void load_q5_k_unit(const uint8_t *w, int j, __m512i *v) {
-    load_nibbles(w + kQ4Qs + 256 * j, v);
-    const __m512i h = _mm512_loadu_si512(w + kQ5Qh + 64 * j), bit4 = _mm512_set1_epi8(0x10);
+inline void load_five_bit_unit(const uint8_t *nib, const uint8_t *bits, __m512i *v) {
+    load_nibbles(nib, v);
+    const __m512i h = _mm512_loadu_si512(bits), bit4 = _mm512_set1_epi8(0x10);
     v[0] = _mm512_ternarylogic_epi32(v[0], _mm512_slli_epi16(h, 4), bit4, 0xF8);  // v | (h' & bit4)
     v[1] = _mm512_ternarylogic_epi32(v[1], _mm512_slli_epi16(h, 3), bit4, 0xF8);
     v[2] = _mm512_ternarylogic_epi32(v[2], _mm512_slli_epi16(h, 2), bit4, 0xF8);
@@ -41,6 +42,23 @@ inline void load_q5_k_unit(const uint8_t *w, int j, __m512i *v) {
     v[5] = _mm512_ternarylogic_epi32(v[5], _mm512_srli_epi16(h, 1), bit4, 0xF8);
     v[6] = _mm512_ternarylogic_epi32(v[6], _mm512_srli_epi16(h, 2), bit4, 0xF8);
     v[7] = _mm512_ternarylogic_epi32(v[7], _mm512_srli_epi16(h, 3), bit4, 0xF8);
+}
+
+// The 8 vectors of Q5_K unit j of the super-block at w.
+inline void load_q5_k_unit(const uint8_t *w, int j, __m512i *v) {
+    load_five_bit_unit(w + kQ4Qs + 256 * j, w + kQ5Qh + 64 * j, v);
+}
+
+// The 8 vectors of 16 rows x 4 unsigned quants of a Q8_0, Q5_0 or Q5_1
+// block at w (packed_kernels.h): Q8_0's (+128) and q5_1x's as stored, the
+// others decoded.
+template <Block32 kType>
+inline void load_block32(const uint8_t *w, __m512i *v) {
+    if constexpr (!five_bit(kType)) {
+        for (int j = 0; j < 8; ++j) v[j] = _mm512_loadu_si512(w + block32_quants(kType) + 64 * j);
+    } else {
+        load_five_bit_unit(w + block32_quants(kType), w + block32_bits(kType), v);
+    }
 }
 
 // Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
@@ -83,6 +101,18 @@ inline __m512 q8_0_step(__m512 acc, __m512i sum, __m512 dw, float dx) {
 // are), then + the weights' minimums x the Q8_1 input's scaled sum sx.
 inline __m512 q5_1_step(__m512 acc, __m512i sum, __m512 dw, float dx, __m512 mw, float sx) {
     return _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), q8_0_step(acc, sum, dw, dx));
+}
+
+// The integer a block's sums start from, from the input column's bias at p
+// (-128 x its quants' sum): Q8_0's quants are stored + 128, Q5_0's are q for
+// values q - 16 (so -16 x the sum: the bias shifted right by 3, exact),
+// Q5_1's need none (its Q8_1 input has its scaled sum there instead).
+constexpr int block32_bias_shift(Block32 t) { return t == Block32::q5_0 ? 3 : 0; }
+template <Block32 kType>
+inline __m512i block32_start(const uint8_t *p) {
+    if constexpr (has_min(kType)) return _mm512_setzero_si512();
+    if constexpr (kType == Block32::q5_0) return _mm512_srai_epi32(bcast4(p), block32_bias_shift(kType));
+    return bcast4(p);
 }
 
 // Q4_K, the mins of a super-block's sub-blocks 2p and 2p + 1 as int16 pairs per row.

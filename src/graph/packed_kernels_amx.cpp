@@ -1,10 +1,11 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0, Q5_1, Q4_K, Q5_K and Q6_K matrices, 16 columns x 16 rows
+// prompts through packed Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K matrices, 16 columns x 16 rows
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
-// quants each, read with the columns' stride), so neither is copied. The
-// K-quants fold their integer sub-block scales into a staged copy of the
+// quants each, read with the columns' stride), so neither is copied. Q5_0
+// and Q5_1 decode their 5-bit quants into that layout once per row group;
+// the K-quants fold their integer sub-block scales into a staged copy of the
 // weights (below). Every product's exact int32 sums then take the same float
 // steps as the AVX-512 tiles, so the results are theirs, bit for bit.
 //
@@ -111,69 +112,89 @@ struct Sums {
     alignas(64) int32_t c[16][16];
 };
 
-// ---- Q8_0 ----
+// ---- Q8_0, Q5_0 and Q5_1 ----
 
-// Per block, 16 columns' scales and, side by side, their biases (-128 x the
-// quants' sum; Q8_0) or scaled sums (Q8_1, as float bits; Q5_1).
+// Per block, 16 columns' scales and, side by side, the integer their sums
+// start from (block32_start: Q8_0's bias, -128 x the quants' sum; Q5_0's,
+// -16 x) or (Q5_1) the Q8_1 input's scaled sums as float bits.
 struct Q8Columns {
     float dx[16];
-    int32_t bias[16];
+    int32_t start[16];
 };
 
 // Block b's sums into the 16 columns' accumulators, as the AVX-512 tile
-// takes its exact sums: Q8_0: + bias, then acc += float(sum) x (weight scale
-// x input scale); Q5_1 (kQ5_1): no bias, then + minimum x scaled sum.
-template <bool kQ5_1>
+// takes its exact sums: + start, then acc += float(sum) x (weight scale x
+// input scale); Q5_1: then + minimum x scaled sum.
+template <Block32 kType>
 inline void q8_accumulate(__m512 *acc, const Sums &s, const uint8_t *w, const Q8Columns &x) {
     const __m512 dw = load_f16x16(w);
-    if constexpr (kQ5_1) {
+    if constexpr (kType == Block32::q5_1) {
         const __m512 mw = load_f16x16(w + kQ51M);
         for (int m = 0; m < 16; ++m) {
             float sx;
-            std::memcpy(&sx, &x.bias[m], sizeof sx);
+            std::memcpy(&sx, &x.start[m], sizeof sx);
             acc[m] = q5_1_step(acc[m], _mm512_load_si512(s.c[m]), dw, x.dx[m], mw, sx);
         }
     } else {
         for (int m = 0; m < 16; ++m) {
-            const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s.c[m]), _mm512_set1_epi32(x.bias[m]));
+            const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s.c[m]), _mm512_set1_epi32(x.start[m]));
             acc[m] = q8_0_step(acc[m], sum, dw, x.dx[m]);
         }
     }
 }
 
-// Block sums through tiles A, B and C: one TDPBSUD (B's quants at wb + kQs).
-template <int A, int B, int C, size_t kQs>
-inline void q8_block(const uint8_t *xb, size_t x_stride, const uint8_t *wb, Sums &out) {
+// Block sums through tiles A, B and C: one TDPBSUD (B: 8 rows of 64 bytes at wq).
+template <int A, int B, int C>
+inline void q8_block(const uint8_t *xb, size_t x_stride, const uint8_t *wq, Sums &out) {
     tile_zero<C>();
     tile_load<A>(xb, x_stride);
-    tile_load<B>(wb + kQs, 64);
+    tile_load<B>(wq, 64);
     tile_dot<C, A, B>();
     tile_store<C>(out);
 }
 
+// A group's Q5_0 or Q5_1 blocks decoded to the 8 vectors of unsigned
+// quants TDPBSUD's B reads (the Q8_0 layout's), once for all column sets.
+struct alignas(64) Decoded32 {
+    uint8_t q[8 * 64];
+};
+
 // One TDPBSUD per block. Block b-1's sums, stored the step before, are
 // scaled after block b's tiles are issued (reading a tile's store at once
-// waits for it: 5-10% slower). Q8_0, or Q5_1 (kQ5_1: its quants unsigned
-// as they are, as TDPBSUD's B takes them).
-template <bool kQ5_1>
+// waits for it: 5-10% slower). Q8_0's B is the packed weights themselves;
+// Q5_0's and Q5_1's (kType) their quants decoded per group (Decoded32).
+template <Block32 kType>
 void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
                 int64_t cols, float *y, int64_t ldy) {
-    constexpr size_t kBlock = kQ5_1 ? kQ51Block : kGroupBlock, kQs = kQ5_1 ? kQ51Qs : 2 * kRows;
+    constexpr size_t kBlock = block32_bytes(kType);
+    constexpr bool kDecoded = kType != Block32::q8_0;
     load_config(kQ8Config);
     const int64_t sets = cols / 16;
     thread_local std::vector<Q8Columns> columns;
+    thread_local std::vector<Decoded32> decoded;
     columns.resize(nb * sets);
+    if (kDecoded) decoded.resize(nb);
     for (int64_t s = 0; s < sets; ++s) {
         for (int64_t b = 0; b < nb; ++b) {
             for (int m = 0; m < 16; ++m) {
                 const uint8_t *xb = xq + (16 * s + m) * x_stride + b * kColBlock;
+                int32_t tail;
                 std::memcpy(&columns[s * nb + b].dx[m], xb + kQK, sizeof(float));
-                std::memcpy(&columns[s * nb + b].bias[m], xb + kQK + 4, sizeof(int32_t));
+                std::memcpy(&tail, xb + kQK + 4, sizeof tail);
+                columns[s * nb + b].start[m] = tail >> block32_bias_shift(kType);
             }
         }
     }
     Sums sums[2];
     for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
+        if constexpr (kDecoded) {
+            for (int64_t b = 0; b < nb; ++b) {
+                __m512i v[8];
+                load_block32<kType>(w + b * kBlock, v);
+                for (int j = 0; j < 8; ++j) _mm512_store_si512(decoded[b].q + 64 * j, v[j]);
+            }
+            tile_fence();
+        }
         for (int64_t s = 0; s < sets; ++s) {
             const uint8_t *xs = xq + 16 * s * x_stride;
             const Q8Columns *xc = columns.data() + s * nb;
@@ -181,14 +202,15 @@ void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb
             for (auto &a : acc) a = _mm512_setzero_ps();
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *wb = w + b * kBlock, *xb = xs + b * kColBlock;
+                const uint8_t *wq = kDecoded ? decoded[b].q : wb + block32_quants(kType);
                 if (b % 2 == 0) {
-                    q8_block<0, 1, 2, kQs>(xb, x_stride, wb, sums[0]);
+                    q8_block<0, 1, 2>(xb, x_stride, wq, sums[0]);
                 } else {
-                    q8_block<3, 4, 5, kQs>(xb, x_stride, wb, sums[1]);
+                    q8_block<3, 4, 5>(xb, x_stride, wq, sums[1]);
                 }
-                if (b > 0) q8_accumulate<kQ5_1>(acc, sums[(b - 1) % 2], wb - kBlock, xc[b - 1]);
+                if (b > 0) q8_accumulate<kType>(acc, sums[(b - 1) % 2], wb - kBlock, xc[b - 1]);
             }
-            q8_accumulate<kQ5_1>(acc, sums[(nb - 1) % 2], w + (nb - 1) * kBlock, xc[nb - 1]);
+            q8_accumulate<kType>(acc, sums[(nb - 1) % 2], w + (nb - 1) * kBlock, xc[nb - 1]);
             float *yc = y + 16 * s * ldy + g * kRows;
             for (int m = 0; m < 16; ++m) _mm512_storeu_ps(yc + m * ldy, acc[m]);
         }
@@ -399,7 +421,15 @@ bool amx_usable() {
 }  // namespace
 
 const WideTiles *amx_tiles() {
-    static const WideTiles tiles{16, q8_0_tiles<false>, k_tiles<kQ4Block>, k_tiles<kQ6Block>, k_tiles<kQ5Block>, q8_0_tiles<true>, enter, leave};
+    static const WideTiles tiles{16,
+                                 q8_0_tiles<Block32::q8_0>,
+                                 k_tiles<kQ4Block>,
+                                 k_tiles<kQ6Block>,
+                                 k_tiles<kQ5Block>,
+                                 q8_0_tiles<Block32::q5_0>,
+                                 q8_0_tiles<Block32::q5_1>,
+                                 enter,
+                                 leave};
     static const bool usable = amx_usable();
     return usable ? &tiles : nullptr;
 }

@@ -1,7 +1,7 @@
 // toy's packed kernels for CPUs with AVX2, FMA and F16C but not AVX-512 VNNI:
 // the same layouts as the AVX-512 kernels, a group of 16 rows taken as two
 // halves of 8 (one 256-bit register each), up to 8 columns per weight load
-// for F16 (in passes of 6) and 4 for the integer types (Q8_0, Q5_1, Q4_K, Q5_K, Q6_K).
+// for F16 (in passes of 6) and 4 for the integer types (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 // Without VPDPBUSD the byte products go through VPMADDUBSW (pairs of
 // unsigned x signed bytes summed to int16, which cannot saturate here: the
 // unsigned side is below 64, or Q8_0's |w| <= 128 against |x| <= 127) and
@@ -181,18 +181,30 @@ constexpr int kF16Cols = 6;
         return;                                                                              \
     }
 
-// Q8_0, or Q5_1 (kQ5_1: its quants unsigned as they are, so no sign trick
-// and no bias: VPMADDUBSW pairs of at most 2 x 31 x 128; its minimums times
-// the Q8_1 input's scaled sums).
-template <int C, bool kStream, bool kQ5_1 = false>
+// Bit k of every byte of h moved to bit 4 (the rest cleared): the fifth
+// bit of the inputs in vector k of a unit of 5-bit quants (each 16-bit shift moves it within its byte).
+template <int K>
+inline __m256i fifth_bit(__m256i h) {
+    const __m256i m = _mm256_set1_epi8(0x10);
+    if constexpr (K < 4) return _mm256_and_si256(_mm256_slli_epi16(h, 4 - K), m);
+    if constexpr (K == 4) return _mm256_and_si256(h, m);
+    return _mm256_and_si256(_mm256_srli_epi16(h, K - 4), m);
+}
+
+// Q8_0 (signed through the sign trick, whose |w| <= 128 pairs cannot
+// saturate), or Q5_0 and Q5_1 (kType: 5-bit quants decoded from their
+// nibbles and fifth bits, unsigned, so VPMADDUBSW pairs of at most
+// 2 x 31 x 128; Q5_0's sums from -16 x the input's sum, Q5_1's minimums
+// times the Q8_1 input's scaled sums).
+template <int C, bool kStream, Block32 kType = Block32::q8_0>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     if constexpr (C > 4) {
-        q8_0_tile<4, kStream, kQ5_1>(w, nb, xq, x_stride, y, ldy);
-        q8_0_tile<C - 4, false, kQ5_1>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
+        q8_0_tile<4, kStream, kType>(w, nb, xq, x_stride, y, ldy);
+        q8_0_tile<C - 4, false, kType>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
         return;
     }
-    constexpr size_t kBlock = kQ5_1 ? kQ51Block : kGroupBlock, kQs = kQ5_1 ? kQ51Qs : 2 * kRows;
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    constexpr size_t kBlock = block32_bytes(kType), kQs = block32_quants(kType);
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), lo4 = _mm256_set1_epi8(0x0F);
     __m256 acc[2][C];
     for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
@@ -201,15 +213,9 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         if (h == 0) prefetch_block<kStream>(wb, kBlock);
         __m256i s[C];
         for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
-        for (int j = 0; j < 8; ++j) {
-            const __m256i wv = load(wb + kQs + 64 * j + 32 * h);
-            if constexpr (kQ5_1) {
-                for (int c = 0; c < C; ++c) {
-                    s[c] = _mm256_add_epi32(s[c], dot4(wv, bcast4(xq + c * x_stride + b * kColBlock + 4 * j)));
-                    in_register(s[c]);
-                }
-            } else {
-                const __m256i ws = _mm256_xor_si256(wv, flip);  // the signed quants
+        if constexpr (kType == Block32::q8_0) {
+            for (int j = 0; j < 8; ++j) {
+                const __m256i ws = _mm256_xor_si256(load(wb + kQs + 64 * j + 32 * h), flip);  // the signed quants
                 const __m256i aw = _mm256_sign_epi8(ws, ws);
                 for (int c = 0; c < C; ++c) {
                     const __m256i xv = bcast4(xq + c * x_stride + b * kColBlock + 4 * j);
@@ -217,12 +223,45 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                     in_register(s[c]);
                 }
             }
+        } else if constexpr (kType == Block32::q5_1x) {  // unsigned quants as stored
+            for (int j = 0; j < 8; ++j) {
+                const __m256i wv = load(wb + kQs + 64 * j + 32 * h);
+                for (int c = 0; c < C; ++c) {
+                    s[c] = _mm256_add_epi32(s[c], dot4(wv, bcast4(xq + c * x_stride + b * kColBlock + 4 * j)));
+                    in_register(s[c]);
+                }
+            }
+        } else {
+            const __m256i hb = load(wb + block32_bits(kType) + 32 * h);
+            auto step = [&](auto kk) TOY_INLINE {  // inputs 4k.. (low nibbles) and 16 + 4k.. (high)
+                constexpr int k = decltype(kk)::value;
+                const __m256i n = load(wb + kQs + 64 * k + 32 * h);
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(n, lo4), fifth_bit<k>(hb));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), fifth_bit<k + 4>(hb));
+                for (int c = 0; c < C; ++c) {
+                    const uint8_t *xb = xq + c * x_stride + b * kColBlock;
+                    // two pairs of at most 7936 add up in int16, one widening
+                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb + 4 * k)),
+                                                       _mm256_maddubs_epi16(hi, bcast4(xb + 16 + 4 * k)));
+                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                    in_register(s[c]);
+                }
+            };
+            step(std::integral_constant<int, 0>{});
+            step(std::integral_constant<int, 1>{});
+            step(std::integral_constant<int, 2>{});
+            step(std::integral_constant<int, 3>{});
         }
         const __m256 dw = _mm256_cvtph_ps(load128(wb + 16 * h));
         for (int c = 0; c < C; ++c) {
             const uint8_t *xb = xq + c * x_stride + b * kColBlock;
+            if constexpr (kType == Block32::q5_0) {
+                int32_t bias;
+                std::memcpy(&bias, xb + kQK + 4, sizeof bias);
+                s[c] = _mm256_add_epi32(s[c], _mm256_set1_epi32(bias >> 3));  // -16 x the input's sum
+            }
             acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(load_f32(xb + kQK))), acc[h][c]);
-            if constexpr (kQ5_1) {
+            if constexpr (has_min(kType)) {
                 const __m256 mw = _mm256_cvtph_ps(load128(wb + kQ51M + 16 * h));
                 acc[h][c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(load_f32(xb + kQK + 4)), acc[h][c]);
             }
@@ -233,8 +272,54 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 }
 
 template <int C, bool kStream>
+void q5_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, Block32::q5_0>(w, nb, xq, x_stride, y, ldy);
+}
+
+template <int C, bool kStream>
 void q5_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    q8_0_tile<C, kStream, true>(w, nb, xq, x_stride, y, ldy);
+    q8_0_tile<C, kStream, Block32::q5_1>(w, nb, xq, x_stride, y, ldy);
+}
+
+template <int C, bool kStream>
+void q5_1x_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, Block32::q5_1x>(w, nb, xq, x_stride, y, ldy);
+}
+
+// Q5_0 blocks as Q8_0's (q - 16 + 128 = q + 112), Q5_1's as q5_1x: the
+// scales (and minimums) copied, the quants decoded once.
+template <Block32 kType>
+void expand_blocks(const uint8_t *w, int64_t nb, uint8_t *out) {
+    constexpr Block32 kTo = kType == Block32::q5_0 ? Block32::q8_0 : Block32::q5_1x;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), offset = _mm256_set1_epi8(kType == Block32::q5_0 ? 112 : 0);
+    for (int64_t b = 0; b < nb; ++b, w += block32_bytes(kType), out += block32_bytes(kTo)) {
+        std::memcpy(out, w, block32_quants(kType));  // d, and Q5_1's m
+        const uint8_t *nib = w + block32_quants(kType);
+        uint8_t *q = out + block32_quants(kTo);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i hb = load(w + block32_bits(kType) + 32 * h);
+            auto put = [&](auto kk) TOY_INLINE {
+                constexpr int k = decltype(kk)::value;
+                const __m256i n = load(nib + 64 * k + 32 * h);
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(n, lo4), fifth_bit<k>(hb));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), fifth_bit<k + 4>(hb));
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * k + 32 * h), _mm256_add_epi8(lo, offset));
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * (k + 4) + 32 * h), _mm256_add_epi8(hi, offset));
+            };
+            put(std::integral_constant<int, 0>{});
+            put(std::integral_constant<int, 1>{});
+            put(std::integral_constant<int, 2>{});
+            put(std::integral_constant<int, 3>{});
+        }
+    }
+}
+
+void expand(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out) {
+    if (type == GGML_TYPE_Q5_0) {
+        expand_blocks<Block32::q5_0>(w, nb, out);
+    } else {
+        expand_blocks<Block32::q5_1>(w, nb, out);
+    }
 }
 
 // F16. Both halves of the group per input, so each weight vector is
@@ -338,16 +423,6 @@ TOY_INLINE inline void k_quant_blocks(const uint8_t *w, int64_t nb, const uint8_
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
         body(h, wb, xb);
     });
-}
-
-// Bit k of every byte of h moved to bit 4 (the rest cleared): Q5_K's fifth
-// bit of the inputs in vector k of a unit (each 16-bit shift moves it within its byte).
-template <int K>
-inline __m256i fifth_bit(__m256i h) {
-    const __m256i m = _mm256_set1_epi8(0x10);
-    if constexpr (K < 4) return _mm256_and_si256(_mm256_slli_epi16(h, 4 - K), m);
-    if constexpr (K == 4) return _mm256_and_si256(h, m);
-    return _mm256_and_si256(_mm256_srli_epi16(h, K - 4), m);
 }
 
 // Q4_K and Q6_K keep their float sums in y (16 registers hold the integer
@@ -503,7 +578,8 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 #undef TOY_UNROLL
 
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
-                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile), kQ51Tiles = TOY_TILES(q5_1_tile),
+                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile), kQ50Tiles = TOY_TILES(q5_0_tile),
+                 kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile),
                  kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
@@ -513,7 +589,7 @@ const KernelSet *avx2_kernels() {
     // faster than over ggml's layout and its prompts are no slower than
     // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
-    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ51Tiles, &kBf16Tiles, true, false, prepare};
+    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, false, prepare, expand};
     return &set;
 }
 

@@ -76,9 +76,9 @@ struct Format {
 
 bool format_of(ggml_type type, Format *f) {
     switch (type) {
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q5_0: *f = {kQK, kGroupBlock, GGML_TYPE_Q8_0}; return true;
-    case GGML_TYPE_Q5_1: *f = {kQK, kQ51Block, GGML_TYPE_Q8_1}; return true;
+    case GGML_TYPE_Q8_0: *f = {kQK, kGroupBlock, GGML_TYPE_Q8_0}; return true;
+    case GGML_TYPE_Q5_0: *f = {kQK, block32_bytes(Block32::q5_0), GGML_TYPE_Q8_0}; return true;
+    case GGML_TYPE_Q5_1: *f = {kQK, block32_bytes(Block32::q5_1), GGML_TYPE_Q8_1}; return true;
     case GGML_TYPE_F16: *f = {1, kRows * sizeof(uint16_t), GGML_TYPE_F16}; return true;
     case GGML_TYPE_Q4_K: *f = {kQKK, kQ4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q5_K: *f = {kQKK, kQ5Block, GGML_TYPE_Q8_K}; return true;
@@ -131,12 +131,19 @@ void put_nibbles(const uint8_t *q, int r, uint8_t *out) {
     }
 }
 
-// A Q5_0 or Q5_1 block's 5-bit quants q, eight at a time in a 64-bit word
-// (a load packs every such matrix of a model): values 8 part .. 8 part + 7
-// as bytes, q itself (kFifth 0x10: the low nibble with the fifth bit as 16),
-// or q - 16 as an int8 (kFifth 0xF0: the low nibble with 0xF0 above it where
-// the fifth bit is clear).
-template <uint64_t kFifth = 0x10>
+// The fifth bits of 32 inputs' 5-bit quants q (a unit) for row r: byte i of
+// the row's 4 holds in bit k that of input 4k + i (packed_kernels.h).
+void put_fifth_bits(const uint8_t *q, int r, uint8_t *out) {
+    for (int i = 0; i < 4; ++i) {
+        uint8_t bits = 0;
+        for (int k = 0; k < 8; ++k) bits |= ((q[4 * k + i] >> 4) & 1) << k;
+        out[4 * r + i] = bits;
+    }
+}
+
+// A Q5_0 or Q5_1 block's 5-bit quants q as bytes, eight at a time in a
+// 64-bit word (a load packs every such matrix of a model): values
+// 8 part .. 8 part + 7, each its low nibble with the fifth bit as 16.
 uint64_t five_bit_quants(const uint8_t *qh, const uint8_t *qs, int part) {
     constexpr uint64_t kLow = 0x0F0F0F0F0F0F0F0Full, kOnes = 0x0101010101010101ull;
     uint32_t high;
@@ -147,30 +154,15 @@ uint64_t five_bit_quants(const uint8_t *qh, const uint8_t *qs, int part) {
     // bit i of the 8 fifth bits into byte i (0 or 1): repeat the byte, keep bit i of byte i, set bit 7 where kept
     const uint64_t kept = ((high >> (8 * part)) & 0xFF) * kOnes & 0x8040201008040201ull;
     const uint64_t fifth = ((kept + 0x7F7F7F7F7F7F7F7Full) >> 7) & kOnes;
-    return kFifth == 0x10 ? nibs | fifth * 0x10 : nibs | (fifth ^ kOnes) * 0xF0;
+    return nibs | fifth * 0x10;
 }
 
-// A Q5_0 block as the Q8_0 block of the same values: q - 16 in [-16, 15]
-// is an int8, d the same fp16 scale (exact; ggml multiplies both by a Q8_0
-// input, so the products are ggml's).
-BlockQ8_0 as_q8_0(const BlockQ5_0 &b) {
-    BlockQ8_0 q{};
-    q.d = b.d;
-    for (int part = 0; part < 4; ++part) {
-        const uint64_t bytes = five_bit_quants<0xF0>(b.qh, b.qs, part);
-        std::memcpy(q.qs + 8 * part, &bytes, sizeof bytes);
-    }
-    return q;
-}
-BlockQ8_0 as_q8_0(const BlockQ8_0 &b) { return b; }
-
-// Q8_0 (or Q5_0, as the Q8_0 blocks of its values), per group and block:
-// the 16 rows' scales, then their quants + 128 as 8 vectors of 16 rows x 4.
-template <typename Block>
-void pack_q8_0_group(const Block *in, int64_t nb, uint8_t *out) {
+// Q8_0, per group and block: the 16 rows' scales, then their quants + 128
+// as 8 vectors of 16 rows x 4.
+void pack_q8_0_group(const BlockQ8_0 *in, int64_t nb, uint8_t *out) {
     for (int64_t b = 0; b < nb; ++b, out += kGroupBlock) {
         for (int r = 0; r < kRows; ++r) {
-            const BlockQ8_0 blk = as_q8_0(in[r * nb + b]);
+            const BlockQ8_0 &blk = in[r * nb + b];
             std::memcpy(out + 2 * r, &blk.d, 2);
             uint32_t q4[8];  // the row's quants as 8 groups of 4, each byte + 128
             std::memcpy(q4, blk.qs, sizeof q4);
@@ -182,20 +174,22 @@ void pack_q8_0_group(const Block *in, int64_t nb, uint8_t *out) {
     }
 }
 
-// Q5_1, per group and block: the 16 rows' d and m, then their quants (0..31)
-// as 8 vectors of 16 rows x 4, as Q8_0's are laid out.
-void pack_q5_1_group(const BlockQ5_1 *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += kQ51Block) {
+// Q5_0 or Q5_1 (kType), per group and block: the 16 rows' d (and Q5_1's m),
+// then their 5-bit quants as a unit of nibbles and fifth bits.
+template <Block32 kType, typename Block>
+void pack_five_bit_group(const Block *in, int64_t nb, uint8_t *out) {
+    for (int64_t b = 0; b < nb; ++b, out += block32_bytes(kType)) {
         for (int r = 0; r < kRows; ++r) {
-            const BlockQ5_1 &blk = in[r * nb + b];
+            const Block &blk = in[r * nb + b];
             std::memcpy(out + 2 * r, &blk.d, 2);
-            std::memcpy(out + kQ51M + 2 * r, &blk.m, 2);
+            if constexpr (kType == Block32::q5_1) std::memcpy(out + kQ51M + 2 * r, &blk.m, 2);
             uint8_t q[kQK];
             for (int part = 0; part < 4; ++part) {
                 const uint64_t bytes = five_bit_quants(blk.qh, blk.qs, part);
                 std::memcpy(q + 8 * part, &bytes, sizeof bytes);
             }
-            for (int j = 0; j < 8; ++j) std::memcpy(out + kQ51Qs + 64 * j + 4 * r, q + 4 * j, 4);
+            put_nibbles(q, r, out + block32_quants(kType));
+            put_fifth_bits(q, r, out + block32_bits(kType));
         }
     }
 }
@@ -252,13 +246,7 @@ void pack_q4_k_group(const Block *in, int64_t nb, uint8_t *out) {
                 out[kQ4Sc + 16 * j + r] = sc;
                 out[kQ4Min + 32 * (j / 2) + 2 * r + j % 2] = m;
                 put_nibbles(q + 32 * j, r, out + kQ4Qs + 256 * j);
-                if constexpr (kBlock == kQ5Block) {
-                    for (int i = 0; i < 4; ++i) {
-                        uint8_t bits = 0;
-                        for (int k = 0; k < 8; ++k) bits |= ((q[32 * j + 4 * k + i] >> 4) & 1) << k;
-                        out[kQ5Qh + 64 * j + 4 * r + i] = bits;
-                    }
-                }
+                if constexpr (kBlock == kQ5Block) put_fifth_bits(q + 32 * j, r, out + kQ5Qh + 64 * j);
             }
         }
     }
@@ -431,7 +419,13 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     // for kWideGroups groups at a time (whose weights stay in L2 meanwhile),
     // the rest through the set's tiles.
     constexpr int64_t kWideGroups = 8;
+    // Q5_0 and Q5_1 in passes of columns (prompts): each group's blocks
+    // decoded once per panel into a layout the tiles read as they are
+    // (KernelSet::expand), not once per pass of 8 columns
+    const TileFn *expanded = fns == tiles->reuse && expanded_tiles_for(k, w->type) ? expanded_tiles_for(k, w->type)->reuse : nullptr;
     share_work(dst, n_out / kRows, ith, nth, [&](int64_t g0, int64_t g1) {
+        thread_local std::vector<uint8_t> expansion;
+        if (expanded) expansion.resize(depth * expanded_block_bytes(w->type));
         TileState saved;
         if (wide) k.wide->enter(&saved);
         for (int64_t p0 = 0; p0 < n_cols; p0 += kPanel) {
@@ -442,10 +436,16 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
                 wide(wbase + s0 * group_bytes, group_bytes, s1 - s0, depth, xbase + p0 * x_stride, x_stride, p_wide - p0,
                      y + p0 * n_out + s0 * kRows, n_out);
             }
-            for (int64_t g = g0; g < g1; ++g) {
+            for (int64_t g = g0; g < g1 && p1 > p_wide; ++g) {
+                const uint8_t *wg = wbase + g * group_bytes;
+                const TileFn *group_fns = fns;
+                if (expanded) {
+                    k.expand(w->type, wg, depth, expansion.data());
+                    wg = expansion.data(), group_fns = expanded;
+                }
                 for (int64_t c = p_wide; c < p1; c += per_load) {
                     const int n = (int)std::min<int64_t>(per_load, p1 - c);
-                    fns[n](wbase + g * group_bytes, depth, xbase + c * x_stride, x_stride, y + c * n_out + g * kRows, n_out);
+                    group_fns[n](wg, depth, xbase + c * x_stride, x_stride, y + c * n_out + g * kRows, n_out);
                 }
             }
         }
@@ -513,8 +513,8 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         uint8_t *d = out + g * dst_group;
         switch (type) {
         case GGML_TYPE_Q8_0: pack_q8_0_group(reinterpret_cast<const BlockQ8_0 *>(s), depth, d); break;
-        case GGML_TYPE_Q5_0: pack_q8_0_group(reinterpret_cast<const BlockQ5_0 *>(s), depth, d); break;
-        case GGML_TYPE_Q5_1: pack_q5_1_group(reinterpret_cast<const BlockQ5_1 *>(s), depth, d); break;
+        case GGML_TYPE_Q5_0: pack_five_bit_group<Block32::q5_0>(reinterpret_cast<const BlockQ5_0 *>(s), depth, d); break;
+        case GGML_TYPE_Q5_1: pack_five_bit_group<Block32::q5_1>(reinterpret_cast<const BlockQ5_1 *>(s), depth, d); break;
         case GGML_TYPE_F16:
             pack_f16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;

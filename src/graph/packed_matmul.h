@@ -13,14 +13,16 @@
 // - Q8_0: per block of 32 inputs, the 16 rows' fp16 scales, then their
 //   16 x 32 quants with 128 added (unsigned) and interleaved 4 bytes per row,
 //   so one VPDPBUSD multiplies 4 inputs of all 16 rows by one broadcast
-//   4-byte group of a column. Same size as Q8_0. Q5_0 as the Q8_0 blocks of
-//   its values (d (q - 16): exact).
-// - Q5_1 (d q + m, the type llama-quantize writes for Q5_K where rows are
-//   not whole super-blocks): per block the 16 rows' d and m, then their
-//   5-bit quants as Q8_0's are laid out (not shifted: unsigned already),
-//   against the input as ggml quantizes it for Q5_1 (Q8_1: Q8_0's quants
-//   and scale, and the fp16 scale x sum of the quants that the minimums
-//   multiply). 9 bits a weight where Q5_1 stores 6.
+//   4-byte group of a column. Same size as Q8_0.
+// - Q5_0 and Q5_1 (d (q - 16) and d q + m: the types llama-quantize writes
+//   for Q4_K and Q5_K where rows are not whole super-blocks): per block the
+//   16 rows' d (and m), then their 5-bit quants as Q5_K's units below (4
+//   vectors of nibbles, one of fifth bits), decoded to Q8_0's vectors
+//   (unsigned) as they load, or for prompts once per group and panel of
+//   columns into Q8_0's layout (Q5_0: q - 16 + 128) or the same with m
+//   (Q5_1). Q5_0 against ggml's Q8_0 input (its bias / 8 is -16 x the
+//   input's sum), Q5_1 against its Q8_1 (Q8_0's quants and scale, and the
+//   fp16 scale x sum of the quants that the minimums multiply). Same sizes.
 // - F16: per input, the 16 rows' weights; VCVTPH2PS + FMA with float32
 //   columns rounded through fp16 first (as ggml rounds them), so every
 //   product is ggml's, exact in float32. Same size as F16.
