@@ -1,4 +1,4 @@
-// toy's packed Q8_0, Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K and BF16 kernels against ggml's own matmul: the
+// toy's packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K and BF16 kernels against ggml's own matmul: the
 // same products up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, 16 at a time on the amx set, partial passes, several
 // 64-column panels) and for inputs that are views with strides.
@@ -164,24 +164,24 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
             for (int64_t r = 0; r < k.n_out; ++r) {
                 const float a = ((float *)ours->data)[c * k.n_out + r];
                 const float b = ((float *)((char *)ref->data + c * ref->nb[1]))[r];
-                if (type == GGML_TYPE_Q5_1) {
+                if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1) {
                     // both take the same exact block products and the same minimum x the Q8_1
                     // input's fp16 scaled sum, only in another order; the two terms of a block,
                     // d q . x and m sum(x), may cancel, so the bound is on their magnitudes
                     const float *xc = (const float *)((const char *)x->data + c * x->nb[1]);
                     double mag = 0;
                     for (int64_t i = 0; i < k.n_in; ++i) {
-                        ggml_fp16_t m16;  // block_q5_1: fp16 d, fp16 m, ...
-                        std::memcpy(&m16, (const uint8_t *)w->data + (r * k.n_in + i) / 32 * 24 + 2, sizeof m16);
+                        ggml_fp16_t m16;  // block_q4_1, block_q5_1: fp16 d, fp16 m, ...
+                        std::memcpy(&m16, (const uint8_t *)w->data + (r * k.n_in + i) / 32 * ggml_type_size(type) + 2, sizeof m16);
                         const double m = ggml_fp16_to_fp32(m16);
                         mag += (std::fabs(wd[r * k.n_in + i] - m) + std::fabs(m)) * std::fabs(xc[i]);
                     }
                     const double tol = 1e-5 * (1.0 + mag);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
-                } else if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0) {
-                    // both sum the same exact block products (Q5_0: q x - 16 sum(x) for ggml's
-                    // (q - 16) x, against the same Q8_0 input); only the order of the float sums differs
+                } else if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0) {
+                    // both sum the same exact block products (Q4_0, Q5_0: q x - 8 or 16 sum(x) for
+                    // ggml's (q - 8 or 16) x, against the same Q8_0 input); only the order of the float sums differs
                     const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
@@ -214,7 +214,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
-                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_F16,
+                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_F16,
                                                               GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_BF16),
                                             ::testing::Values(std::string("amx"), std::string("avx512"), std::string("avx2"))),
                          [](const auto &info) {
@@ -315,12 +315,17 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_K, k_ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_0, ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_1, ok, 2));
-    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_1, ok, 2));
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_0, ok, 2));
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_1, ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_IQ4_NL, ok, 2));
     EXPECT_EQ(graph::packed_size(GGML_TYPE_Q6_K, 256, 32), ggml_row_size(GGML_TYPE_Q6_K, 256) * 32);
-    // Q5_0 and Q5_1 keep their sizes; their inputs are ggml's (Q8_0, Q8_1)
-    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_0, 64, 32), ggml_row_size(GGML_TYPE_Q5_0, 64) * 32);
+    // Q4_0 to Q5_1 keep their sizes; their inputs are ggml's (Q8_0, or Q8_1 with minimums)
+    for (const ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1}) {
+        EXPECT_EQ(graph::packed_size(t, 64, 32), ggml_row_size(t, 64) * 32) << ggml_type_name(t);
+    }
+    EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_0), GGML_TYPE_Q8_0);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_0), GGML_TYPE_Q8_0);
-    EXPECT_EQ(graph::packed_size(GGML_TYPE_Q5_1, 64, 32), ggml_row_size(GGML_TYPE_Q5_1, 64) * 32);
+    EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_1), GGML_TYPE_Q8_1);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_1), GGML_TYPE_Q8_1);
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_K), graph::packed_input_type(GGML_TYPE_Q6_K));
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q5_K), graph::packed_input_type(GGML_TYPE_Q6_K));
@@ -334,7 +339,7 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_EQ(graph::packed_kernels_name(), in_use);
 }
 
-// The amx set's wide tiles (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) take the same float steps as
+// The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, Q4_K, Q5_K, Q6_K) take the same float steps as
 // the AVX-512 tiles after the same exact integer sums, so a prompt's products
 // are the AVX-512 set's bit for bit (the graph's results do not depend on
 // which of the two a CPU runs).
@@ -343,7 +348,8 @@ TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
         KernelSetScope amx("amx");
         if (!amx.ok()) GTEST_SKIP() << "this CPU (or kernel) gives this process no AMX tiles";
     }
-    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
+    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K,
+                                 GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
         SCOPED_TRACE(ggml_type_name(type));
         // 3 wide passes and 2 columns for the 8-column tiles; 10 row groups
         const int64_t n_in = 1024, n_out = 160, cols = 50;

@@ -49,15 +49,17 @@ inline void load_q5_k_unit(const uint8_t *w, int j, __m512i *v) {
     load_five_bit_unit(w + kQ4Qs + 256 * j, w + kQ5Qh + 64 * j, v);
 }
 
-// The 8 vectors of 16 rows x 4 unsigned quants of a Q8_0, Q5_0 or Q5_1
-// block at w (packed_kernels.h): Q8_0's (+128) and q5_1x's as stored, the
-// others decoded.
+// The 8 vectors of 16 rows x 4 unsigned quants of a 32-value block at w
+// (packed_kernels.h): Q8_0's (+128) and q5_1x's as stored, the others
+// decoded from their nibbles (and fifth bits).
 template <Block32 kType>
 inline void load_block32(const uint8_t *w, __m512i *v) {
-    if constexpr (!five_bit(kType)) {
+    if constexpr (!nibbles(kType)) {
         for (int j = 0; j < 8; ++j) v[j] = _mm512_loadu_si512(w + block32_quants(kType) + 64 * j);
-    } else {
+    } else if constexpr (has_fifth(kType)) {
         load_five_bit_unit(w + block32_quants(kType), w + block32_bits(kType), v);
+    } else {
+        load_nibbles(w + block32_quants(kType), v);
     }
 }
 
@@ -104,14 +106,11 @@ inline __m512 q5_1_step(__m512 acc, __m512i sum, __m512 dw, float dx, __m512 mw,
 }
 
 // The integer a block's sums start from, from the input column's bias at p
-// (-128 x its quants' sum): Q8_0's quants are stored + 128, Q5_0's are q for
-// values q - 16 (so -16 x the sum: the bias shifted right by 3, exact),
-// Q5_1's need none (its Q8_1 input has its scaled sum there instead).
-constexpr int block32_bias_shift(Block32 t) { return t == Block32::q5_0 ? 3 : 0; }
+// (block32_bias_shift).
 template <Block32 kType>
 inline __m512i block32_start(const uint8_t *p) {
     if constexpr (has_min(kType)) return _mm512_setzero_si512();
-    if constexpr (kType == Block32::q5_0) return _mm512_srai_epi32(bcast4(p), block32_bias_shift(kType));
+    if constexpr (block32_bias_shift(kType) > 0) return _mm512_srai_epi32(bcast4(p), block32_bias_shift(kType));
     return bcast4(p);
 }
 

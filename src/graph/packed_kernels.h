@@ -26,25 +26,41 @@ constexpr size_t kGroupBlock = kRows * 2 + kRows * kQK;
 // ggml's fp16-rounded scale x sum of the quants, as float.
 constexpr size_t kColBlock = kQK + 2 * sizeof(int32_t);
 
-// Q5_0 and Q5_1, per group and block: 16 fp16 scales d, (Q5_1) 16 fp16
-// minimums m, then the 5-bit quants q (value d (q - 16), or d q + m) as a
-// Q5_K unit (below): 4 vectors of nibbles and one of fifth bits, decoded to
-// Q8_0's 8 vectors of 16 rows x 4 (unsigned) as they load. Same size as
-// Q5_0 and Q5_1.
-// The blocks of 32 values the Q8_0-style tiles take: Q8_0, Q5_0, Q5_1, and
-// Q5_1 expanded (q5_1x: its quants as 8 vectors of bytes after d and m).
-// Prompts decode a row group's Q5_0 and Q5_1 blocks once per panel of
-// columns (KernelSet::expand: Q5_0 to Q8_0's layout, q - 16 + 128; Q5_1 to
-// q5_1x) rather than once per pass of 8 columns.
-enum class Block32 { q8_0, q5_0, q5_1, q5_1x };
-constexpr bool has_min(Block32 t) { return t == Block32::q5_1 || t == Block32::q5_1x; }
-constexpr bool five_bit(Block32 t) { return t == Block32::q5_0 || t == Block32::q5_1; }
+// Q4_0, Q4_1, Q5_0 and Q5_1, per group and block: 16 fp16 scales d, (Q4_1,
+// Q5_1) 16 fp16 minimums m, then the quants q (value d (q - 8), d (q - 16),
+// or d q + m) as 4 vectors of nibbles, and for Q5_0 and Q5_1 one of fifth
+// bits (a Q5_K unit, below), decoded to Q8_0's 8 vectors of 16 rows x 4
+// (unsigned) as they load. Same sizes as the types' own blocks.
+// The blocks of 32 values the Q8_0-style tiles take: those, and Q5_1
+// expanded (q5_1x: its quants as 8 vectors of bytes after d and m).
+// Prompts decode a row group's nibble blocks once per panel of columns
+// (KernelSet::expand: Q4_0 and Q5_0 to Q8_0's layout, q - 8 + 128 and
+// q - 16 + 128; Q4_1 and Q5_1 to q5_1x) rather than once per pass of 8 columns.
+enum class Block32 { q8_0, q4_0, q4_1, q5_0, q5_1, q5_1x };
+constexpr bool has_min(Block32 t) { return t == Block32::q4_1 || t == Block32::q5_1 || t == Block32::q5_1x; }
+constexpr bool has_fifth(Block32 t) { return t == Block32::q5_0 || t == Block32::q5_1; }
+constexpr bool nibbles(Block32 t) { return t != Block32::q8_0 && t != Block32::q5_1x; }
 constexpr size_t kQ51M = kRows * 2;
-// where a block's quants start (Q8_0, q5_1x: its 8 vectors; Q5_0, Q5_1: the nibbles)
+// where a block's quants start (Q8_0, q5_1x: its 8 vectors; the others: the nibbles)
 constexpr size_t block32_quants(Block32 t) { return has_min(t) ? kRows * 4 : kRows * 2; }
 // where a Q5_0 or Q5_1 block's fifth bits start
 constexpr size_t block32_bits(Block32 t) { return block32_quants(t) + 4 * 64; }
-constexpr size_t block32_bytes(Block32 t) { return five_bit(t) ? block32_bits(t) + 64 : block32_quants(t) + 8 * 64; }
+constexpr size_t block32_bytes(Block32 t) {
+    return nibbles(t) ? block32_bits(t) + (has_fifth(t) ? 64 : 0) : block32_quants(t) + 8 * 64;
+}
+// The layout a prompt expands a nibble type to, and what it adds to each quant.
+constexpr Block32 block32_expansion(Block32 t) { return has_min(t) ? Block32::q5_1x : Block32::q8_0; }
+constexpr int block32_expansion_offset(Block32 t) { return t == Block32::q4_0 ? 120 : t == Block32::q5_0 ? 112 : 0; }
+// Q8_0's input column carries -128 x its quants' sum (the bias): Q8_0's
+// quants are stored + 128; Q4_0's q for values q - 8 take -8 x the sum (the
+// bias shifted right by 4, exact), Q5_0's -16 x (by 3); the types with
+// minimums take none (their Q8_1 input has its scaled sum there instead).
+constexpr int block32_bias_shift(Block32 t) { return t == Block32::q4_0 ? 4 : t == Block32::q5_0 ? 3 : 0; }
+// The Block32 of a ggml type.
+constexpr Block32 block32_of(ggml_type type) {
+    return type == GGML_TYPE_Q4_0 ? Block32::q4_0 : type == GGML_TYPE_Q4_1 ? Block32::q4_1
+         : type == GGML_TYPE_Q5_0 ? Block32::q5_0 : type == GGML_TYPE_Q5_1 ? Block32::q5_1 : Block32::q8_0;
+}
 
 // One Q8_K-quantized input column (the input of Q4_K, Q5_K and Q6_K): per 256
 // values, the int8 quants, their sums per 16 and per 32 (int16), the scale.
@@ -175,7 +191,7 @@ using WideTileFn = void (*)(const uint8_t *w, size_t group_bytes, int64_t groups
 // configure a thread once and expect it to stay).
 struct WideTiles {
     int cols;
-    WideTileFn q8_0, q4_k, q6_k, q5_k, q5_0, q5_1;
+    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1;
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -184,16 +200,16 @@ struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
-    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q5_0, *q5_1, *q5_1x, *bf16;
+    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *bf16;
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
     // one column of x prepared for an input form (Q8_0, Q8_1, Q8_K, F16 or BF16), as ggml prepares it
     void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);
-    // `nb` packed Q5_0 or Q5_1 blocks of a group at w expanded to Q8_0's
-    // layout or q5_1x's at out (expanded_tiles_for's tiles take them)
+    // `nb` packed Q4_0, Q4_1, Q5_0 or Q5_1 blocks of a group at w expanded
+    // to Q8_0's layout or q5_1x's at out (expanded_tiles_for's tiles take them)
     void (*expand)(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out);
-    // AMX tiles for prompts through Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (the "amx" set:
+    // AMX tiles for prompts through Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (the "amx" set:
     // AVX-512's plus these), or null
     const WideTiles *wide = nullptr;
 };
@@ -202,6 +218,8 @@ struct KernelSet {
 inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     switch (type) {
     case GGML_TYPE_Q8_0: return k.q8_0;
+    case GGML_TYPE_Q4_0: return k.q4_0;
+    case GGML_TYPE_Q4_1: return k.q4_1;
     case GGML_TYPE_Q5_0: return k.q5_0;
     case GGML_TYPE_F16: return k.f16;
     case GGML_TYPE_Q4_K: return k.q4_k;
@@ -215,17 +233,23 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
 
 // The tiles for a group of `type` expanded by KernelSet::expand, and the
 // bytes per expanded block; null and 0 for types without an expansion.
+inline bool expands(ggml_type type) {
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1;
+}
 inline const Tiles *expanded_tiles_for(const KernelSet &k, ggml_type type) {
-    return type == GGML_TYPE_Q5_0 ? k.q8_0 : type == GGML_TYPE_Q5_1 ? k.q5_1x : nullptr;
+    if (!expands(type)) return nullptr;
+    return block32_expansion(block32_of(type)) == Block32::q8_0 ? k.q8_0 : k.q5_1x;
 }
 inline size_t expanded_block_bytes(ggml_type type) {
-    return type == GGML_TYPE_Q5_0 ? block32_bytes(Block32::q8_0) : type == GGML_TYPE_Q5_1 ? block32_bytes(Block32::q5_1x) : 0;
+    return expands(type) ? block32_bytes(block32_expansion(block32_of(type))) : 0;
 }
 
 // A set's wide tiles for matrices of `type`, or null.
 inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     switch (type) {
     case GGML_TYPE_Q8_0: return wide.q8_0;
+    case GGML_TYPE_Q4_0: return wide.q4_0;
+    case GGML_TYPE_Q4_1: return wide.q4_1;
     case GGML_TYPE_Q5_0: return wide.q5_0;
     case GGML_TYPE_Q4_K: return wide.q4_k;
     case GGML_TYPE_Q6_K: return wide.q6_k;

@@ -1,10 +1,10 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K matrices, 16 columns x 16 rows
+// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and K-quant matrices, 16 columns x 16 rows
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
-// quants each, read with the columns' stride), so neither is copied. Q5_0
-// and Q5_1 decode their 5-bit quants into that layout once per row group;
+// quants each, read with the columns' stride), so neither is copied. Q4_0
+// to Q5_1 decode their quants into that layout once per row group;
 // the K-quants fold their integer sub-block scales into a staged copy of the
 // weights (below). Every product's exact int32 sums then take the same float
 // steps as the AVX-512 tiles, so the results are theirs, bit for bit.
@@ -112,11 +112,11 @@ struct Sums {
     alignas(64) int32_t c[16][16];
 };
 
-// ---- Q8_0, Q5_0 and Q5_1 ----
+// ---- Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 ----
 
 // Per block, 16 columns' scales and, side by side, the integer their sums
-// start from (block32_start: Q8_0's bias, -128 x the quants' sum; Q5_0's,
-// -16 x) or (Q5_1) the Q8_1 input's scaled sums as float bits.
+// start from (Q8_0's bias, -128 x the quants' sum, shifted: block32_bias_shift)
+// or (Q4_1, Q5_1) the Q8_1 input's scaled sums as float bits.
 struct Q8Columns {
     float dx[16];
     int32_t start[16];
@@ -124,11 +124,11 @@ struct Q8Columns {
 
 // Block b's sums into the 16 columns' accumulators, as the AVX-512 tile
 // takes its exact sums: + start, then acc += float(sum) x (weight scale x
-// input scale); Q5_1: then + minimum x scaled sum.
+// input scale); with minimums: then + minimum x scaled sum.
 template <Block32 kType>
 inline void q8_accumulate(__m512 *acc, const Sums &s, const uint8_t *w, const Q8Columns &x) {
     const __m512 dw = load_f16x16(w);
-    if constexpr (kType == Block32::q5_1) {
+    if constexpr (has_min(kType)) {
         const __m512 mw = load_f16x16(w + kQ51M);
         for (int m = 0; m < 16; ++m) {
             float sx;
@@ -153,7 +153,7 @@ inline void q8_block(const uint8_t *xb, size_t x_stride, const uint8_t *wq, Sums
     tile_store<C>(out);
 }
 
-// A group's Q5_0 or Q5_1 blocks decoded to the 8 vectors of unsigned
+// A group's nibble blocks (Q4_0 to Q5_1) decoded to the 8 vectors of unsigned
 // quants TDPBSUD's B reads (the Q8_0 layout's), once for all column sets.
 struct alignas(64) Decoded32 {
     uint8_t q[8 * 64];
@@ -162,12 +162,12 @@ struct alignas(64) Decoded32 {
 // One TDPBSUD per block. Block b-1's sums, stored the step before, are
 // scaled after block b's tiles are issued (reading a tile's store at once
 // waits for it: 5-10% slower). Q8_0's B is the packed weights themselves;
-// Q5_0's and Q5_1's (kType) their quants decoded per group (Decoded32).
+// the nibble types' (kType) their quants decoded per group (Decoded32).
 template <Block32 kType>
 void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
                 int64_t cols, float *y, int64_t ldy) {
     constexpr size_t kBlock = block32_bytes(kType);
-    constexpr bool kDecoded = kType != Block32::q8_0;
+    constexpr bool kDecoded = nibbles(kType);
     load_config(kQ8Config);
     const int64_t sets = cols / 16;
     thread_local std::vector<Q8Columns> columns;
@@ -426,6 +426,8 @@ const WideTiles *amx_tiles() {
                                  k_tiles<kQ4Block>,
                                  k_tiles<kQ6Block>,
                                  k_tiles<kQ5Block>,
+                                 q8_0_tiles<Block32::q4_0>,
+                                 q8_0_tiles<Block32::q4_1>,
                                  q8_0_tiles<Block32::q5_0>,
                                  q8_0_tiles<Block32::q5_1>,
                                  enter,

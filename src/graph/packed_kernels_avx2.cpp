@@ -1,7 +1,7 @@
 // toy's packed kernels for CPUs with AVX2, FMA and F16C but not AVX-512 VNNI:
 // the same layouts as the AVX-512 kernels, a group of 16 rows taken as two
 // halves of 8 (one 256-bit register each), up to 8 columns per weight load
-// for F16 (in passes of 6) and 4 for the integer types (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
+// for F16 (in passes of 6) and 4 for the integer types (Q8_0, Q4_0-Q5_1, the K-quants).
 // Without VPDPBUSD the byte products go through VPMADDUBSW (pairs of
 // unsigned x signed bytes summed to int16, which cannot saturate here: the
 // unsigned side is below 64, or Q8_0's |w| <= 128 against |x| <= 127) and
@@ -192,10 +192,10 @@ inline __m256i fifth_bit(__m256i h) {
 }
 
 // Q8_0 (signed through the sign trick, whose |w| <= 128 pairs cannot
-// saturate), or Q5_0 and Q5_1 (kType: 5-bit quants decoded from their
-// nibbles and fifth bits, unsigned, so VPMADDUBSW pairs of at most
-// 2 x 31 x 128; Q5_0's sums from -16 x the input's sum, Q5_1's minimums
-// times the Q8_1 input's scaled sums).
+// saturate), or any other Block32 (kType: 4- and 5-bit quants decoded from
+// their nibbles and fifth bits, unsigned, so VPMADDUBSW pairs of at most
+// 2 x 31 x 128; sums from the input's bias shifted (block32_bias_shift);
+// the minimums times the Q8_1 input's scaled sums).
 template <int C, bool kStream, Block32 kType = Block32::q8_0>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     if constexpr (C > 4) {
@@ -232,12 +232,15 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                 }
             }
         } else {
-            const __m256i hb = load(wb + block32_bits(kType) + 32 * h);
+            const __m256i hb = has_fifth(kType) ? load(wb + block32_bits(kType) + 32 * h) : _mm256_setzero_si256();
             auto step = [&](auto kk) TOY_INLINE {  // inputs 4k.. (low nibbles) and 16 + 4k.. (high)
                 constexpr int k = decltype(kk)::value;
                 const __m256i n = load(wb + kQs + 64 * k + 32 * h);
-                const __m256i lo = _mm256_or_si256(_mm256_and_si256(n, lo4), fifth_bit<k>(hb));
-                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), fifth_bit<k + 4>(hb));
+                __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
+                if constexpr (has_fifth(kType)) {
+                    lo = _mm256_or_si256(lo, fifth_bit<k>(hb));
+                    hi = _mm256_or_si256(hi, fifth_bit<k + 4>(hb));
+                }
                 for (int c = 0; c < C; ++c) {
                     const uint8_t *xb = xq + c * x_stride + b * kColBlock;
                     // two pairs of at most 7936 add up in int16, one widening
@@ -255,10 +258,10 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         const __m256 dw = _mm256_cvtph_ps(load128(wb + 16 * h));
         for (int c = 0; c < C; ++c) {
             const uint8_t *xb = xq + c * x_stride + b * kColBlock;
-            if constexpr (kType == Block32::q5_0) {
+            if constexpr (block32_bias_shift(kType) > 0) {
                 int32_t bias;
                 std::memcpy(&bias, xb + kQK + 4, sizeof bias);
-                s[c] = _mm256_add_epi32(s[c], _mm256_set1_epi32(bias >> 3));  // -16 x the input's sum
+                s[c] = _mm256_add_epi32(s[c], _mm256_set1_epi32(bias >> block32_bias_shift(kType)));  // -8 or -16 x the input's sum
             }
             acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(load_f32(xb + kQK))), acc[h][c]);
             if constexpr (has_min(kType)) {
@@ -269,6 +272,16 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     });
     for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[h][c]);
+}
+
+template <int C, bool kStream>
+void q4_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, Block32::q4_0>(w, nb, xq, x_stride, y, ldy);
+}
+
+template <int C, bool kStream>
+void q4_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, Block32::q4_1>(w, nb, xq, x_stride, y, ldy);
 }
 
 template <int C, bool kStream>
@@ -286,23 +299,26 @@ void q5_1x_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride
     q8_0_tile<C, kStream, Block32::q5_1x>(w, nb, xq, x_stride, y, ldy);
 }
 
-// Q5_0 blocks as Q8_0's (q - 16 + 128 = q + 112), Q5_1's as q5_1x: the
+// A nibble type's blocks in its expansion's layout (Q8_0's, q5_1x's): the
 // scales (and minimums) copied, the quants decoded once.
 template <Block32 kType>
 void expand_blocks(const uint8_t *w, int64_t nb, uint8_t *out) {
-    constexpr Block32 kTo = kType == Block32::q5_0 ? Block32::q8_0 : Block32::q5_1x;
-    const __m256i lo4 = _mm256_set1_epi8(0x0F), offset = _mm256_set1_epi8(kType == Block32::q5_0 ? 112 : 0);
+    constexpr Block32 kTo = block32_expansion(kType);
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), offset = _mm256_set1_epi8(static_cast<char>(block32_expansion_offset(kType)));
     for (int64_t b = 0; b < nb; ++b, w += block32_bytes(kType), out += block32_bytes(kTo)) {
-        std::memcpy(out, w, block32_quants(kType));  // d, and Q5_1's m
+        std::memcpy(out, w, block32_quants(kType));  // d, and the minimums
         const uint8_t *nib = w + block32_quants(kType);
         uint8_t *q = out + block32_quants(kTo);
         for (int h = 0; h < 2; ++h) {
-            const __m256i hb = load(w + block32_bits(kType) + 32 * h);
+            const __m256i hb = has_fifth(kType) ? load(w + block32_bits(kType) + 32 * h) : _mm256_setzero_si256();
             auto put = [&](auto kk) TOY_INLINE {
                 constexpr int k = decltype(kk)::value;
                 const __m256i n = load(nib + 64 * k + 32 * h);
-                const __m256i lo = _mm256_or_si256(_mm256_and_si256(n, lo4), fifth_bit<k>(hb));
-                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), fifth_bit<k + 4>(hb));
+                __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
+                if constexpr (has_fifth(kType)) {
+                    lo = _mm256_or_si256(lo, fifth_bit<k>(hb));
+                    hi = _mm256_or_si256(hi, fifth_bit<k + 4>(hb));
+                }
                 _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * k + 32 * h), _mm256_add_epi8(lo, offset));
                 _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * (k + 4) + 32 * h), _mm256_add_epi8(hi, offset));
             };
@@ -315,10 +331,11 @@ void expand_blocks(const uint8_t *w, int64_t nb, uint8_t *out) {
 }
 
 void expand(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out) {
-    if (type == GGML_TYPE_Q5_0) {
-        expand_blocks<Block32::q5_0>(w, nb, out);
-    } else {
-        expand_blocks<Block32::q5_1>(w, nb, out);
+    switch (type) {
+    case GGML_TYPE_Q4_0: expand_blocks<Block32::q4_0>(w, nb, out); break;
+    case GGML_TYPE_Q4_1: expand_blocks<Block32::q4_1>(w, nb, out); break;
+    case GGML_TYPE_Q5_0: expand_blocks<Block32::q5_0>(w, nb, out); break;
+    default: expand_blocks<Block32::q5_1>(w, nb, out); break;
     }
 }
 
@@ -578,7 +595,8 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 #undef TOY_UNROLL
 
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
-                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile), kQ50Tiles = TOY_TILES(q5_0_tile),
+                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile), kQ40Tiles = TOY_TILES(q4_0_tile),
+                 kQ41Tiles = TOY_TILES(q4_1_tile), kQ50Tiles = TOY_TILES(q5_0_tile),
                  kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile),
                  kBf16Tiles = TOY_TILES(bf16_tile);
 
@@ -589,7 +607,7 @@ const KernelSet *avx2_kernels() {
     // faster than over ggml's layout and its prompts are no slower than
     // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
-    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, false, prepare, expand};
+    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, false, prepare, expand};
     return &set;
 }
 

@@ -108,10 +108,10 @@ inline __m512i dot_u8s8(__m512i s, const __m512i *w, const uint8_t *x) {
 }
 
 // y[c * ldy + r] for a group's 16 rows and C columns of prepared input;
-// `depth` units (blocks, or inputs for F16) of the group at w. Q8_0, Q5_0
-// or Q5_1 (kType): the block's exact integer sum from the input's bias
-// (block32_start), then Q8_0's float step, or Q5_1's with its minimums
-// times the Q8_1 input's scaled sums.
+// `depth` units (blocks, or inputs for F16) of the group at w. Any Block32
+// (kType): the block's exact integer sum from the input's bias
+// (block32_start), then Q8_0's float step, or with minimums (Q4_1, Q5_1)
+// Q5_1's, the minimums times the Q8_1 input's scaled sums.
 template <int C, bool kStream, Block32 kType = Block32::q8_0>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     constexpr size_t kBlock = block32_bytes(kType);
@@ -140,6 +140,16 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 }
 
 template <int C, bool kStream>
+void q4_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, Block32::q4_0>(w, nb, xq, x_stride, y, ldy);
+}
+
+template <int C, bool kStream>
+void q4_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, Block32::q4_1>(w, nb, xq, x_stride, y, ldy);
+}
+
+template <int C, bool kStream>
 void q5_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     q8_0_tile<C, kStream, Block32::q5_0>(w, nb, xq, x_stride, y, ldy);
 }
@@ -154,27 +164,26 @@ void q5_1x_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride
     q8_0_tile<C, kStream, Block32::q5_1x>(w, nb, xq, x_stride, y, ldy);
 }
 
-// Q5_0 blocks as Q8_0's (q - 16 + 128 = q + 112), Q5_1's as q5_1x: the
+// A nibble type's blocks in its expansion's layout (Q8_0's, q5_1x's): the
 // scales (and minimums) copied, the quants decoded once.
 template <Block32 kType>
 void expand_blocks(const uint8_t *w, int64_t nb, uint8_t *out) {
-    constexpr Block32 kTo = kType == Block32::q5_0 ? Block32::q8_0 : Block32::q5_1x;
+    constexpr Block32 kTo = block32_expansion(kType);
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(block32_expansion_offset(kType)));
     for (int64_t b = 0; b < nb; ++b, w += block32_bytes(kType), out += block32_bytes(kTo)) {
-        std::memcpy(out, w, block32_quants(kType));  // d, and Q5_1's m
+        std::memcpy(out, w, block32_quants(kType));  // d, and the minimums
         __m512i v[8];
         load_block32<kType>(w, v);
-        for (int j = 0; j < 8; ++j) {
-            if constexpr (kType == Block32::q5_0) v[j] = _mm512_add_epi8(v[j], _mm512_set1_epi8(112));
-            _mm512_storeu_si512(out + block32_quants(kTo) + 64 * j, v[j]);
-        }
+        for (int j = 0; j < 8; ++j) _mm512_storeu_si512(out + block32_quants(kTo) + 64 * j, _mm512_add_epi8(v[j], offset));
     }
 }
 
 void expand(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out) {
-    if (type == GGML_TYPE_Q5_0) {
-        expand_blocks<Block32::q5_0>(w, nb, out);
-    } else {
-        expand_blocks<Block32::q5_1>(w, nb, out);
+    switch (type) {
+    case GGML_TYPE_Q4_0: expand_blocks<Block32::q4_0>(w, nb, out); break;
+    case GGML_TYPE_Q4_1: expand_blocks<Block32::q4_1>(w, nb, out); break;
+    case GGML_TYPE_Q5_0: expand_blocks<Block32::q5_0>(w, nb, out); break;
+    default: expand_blocks<Block32::q5_1>(w, nb, out); break;
     }
 }
 
@@ -321,7 +330,8 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
                  kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile),
-                 kQ50Tiles = TOY_TILES(q5_0_tile), kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile);
+                 kQ40Tiles = TOY_TILES(q4_0_tile), kQ41Tiles = TOY_TILES(q4_1_tile), kQ50Tiles = TOY_TILES(q5_0_tile),
+                 kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile);
 
 }  // namespace
 }  // namespace toy::graph::packed
@@ -372,16 +382,16 @@ constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 }  // namespace
 
 const KernelSet *avx512_kernels(bool with_bf16) {
-    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, nullptr, true, false, prepare, expand},
-        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, true, prepare, expand};
+    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, nullptr, true, false, prepare, expand},
+        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, true, prepare, expand};
     return with_bf16 ? &bf16 : &plain;
 }
 
 const KernelSet *amx_kernels(bool with_bf16) {
     const WideTiles *wide = amx_tiles();
     if (!wide) return nullptr;
-    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, nullptr, true, false, prepare, expand, wide},
-        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, true, prepare, expand, wide};
+    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, nullptr, true, false, prepare, expand, wide},
+        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, true, prepare, expand, wide};
     return with_bf16 ? &bf16 : &plain;
 }
 

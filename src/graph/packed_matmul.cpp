@@ -33,6 +33,16 @@ struct BlockQ5_0 {
     uint8_t qh[4];
     uint8_t qs[kQK / 2];
 };
+// Q4_0 and Q4_1: 32 values d (q - 8) or d q + m, q of 4 bits (values j
+// and j + 16 in byte j's low and high nibble).
+struct BlockQ4_0 {
+    uint16_t d;  // fp16
+    uint8_t qs[kQK / 2];
+};
+struct BlockQ4_1 {
+    uint16_t d, m;  // fp16
+    uint8_t qs[kQK / 2];
+};
 // Q5_1: 32 values d q + m, q of 5 bits stored as Q5_0's.
 struct BlockQ5_1 {
     uint16_t d, m;  // fp16
@@ -57,6 +67,7 @@ struct BlockQ6K {
     uint16_t d;  // fp16
 };
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20, "ggml's block_q4_0 and block_q4_1 are 18 and 20 bytes");
 static_assert(sizeof(BlockQ5_0) == 22, "ggml's block_q5_0 is 22 bytes");
 static_assert(sizeof(BlockQ5_1) == 24, "ggml's block_q5_1 is 24 bytes");
 static_assert(sizeof(BlockQ4K) == 144, "ggml's block_q4_K is 144 bytes");
@@ -77,8 +88,10 @@ struct Format {
 bool format_of(ggml_type type, Format *f) {
     switch (type) {
     case GGML_TYPE_Q8_0: *f = {kQK, kGroupBlock, GGML_TYPE_Q8_0}; return true;
-    case GGML_TYPE_Q5_0: *f = {kQK, block32_bytes(Block32::q5_0), GGML_TYPE_Q8_0}; return true;
-    case GGML_TYPE_Q5_1: *f = {kQK, block32_bytes(Block32::q5_1), GGML_TYPE_Q8_1}; return true;
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0: *f = {kQK, block32_bytes(block32_of(type)), GGML_TYPE_Q8_0}; return true;
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_1: *f = {kQK, block32_bytes(block32_of(type)), GGML_TYPE_Q8_1}; return true;
     case GGML_TYPE_F16: *f = {1, kRows * sizeof(uint16_t), GGML_TYPE_F16}; return true;
     case GGML_TYPE_Q4_K: *f = {kQKK, kQ4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q5_K: *f = {kQKK, kQ5Block, GGML_TYPE_Q8_K}; return true;
@@ -157,6 +170,19 @@ uint64_t five_bit_quants(const uint8_t *qh, const uint8_t *qs, int part) {
     return nibs | fifth * 0x10;
 }
 
+// A Q4_0, Q4_1, Q5_0 or Q5_1 block's quants q in order, as bytes.
+template <typename Block>
+void block_quants(const Block &b, uint8_t *q) {
+    if constexpr (requires { b.qh; }) {  // Q5_0, Q5_1
+        for (int part = 0; part < 4; ++part) {
+            const uint64_t bytes = five_bit_quants(b.qh, b.qs, part);
+            std::memcpy(q + 8 * part, &bytes, sizeof bytes);
+        }
+    } else {
+        for (int j = 0; j < kQK / 2; ++j) q[j] = b.qs[j] & 15, q[j + kQK / 2] = b.qs[j] >> 4;
+    }
+}
+
 // Q8_0, per group and block: the 16 rows' scales, then their quants + 128
 // as 8 vectors of 16 rows x 4.
 void pack_q8_0_group(const BlockQ8_0 *in, int64_t nb, uint8_t *out) {
@@ -174,22 +200,19 @@ void pack_q8_0_group(const BlockQ8_0 *in, int64_t nb, uint8_t *out) {
     }
 }
 
-// Q5_0 or Q5_1 (kType), per group and block: the 16 rows' d (and Q5_1's m),
-// then their 5-bit quants as a unit of nibbles and fifth bits.
+// Q4_0, Q4_1, Q5_0 or Q5_1 (kType), per group and block: the 16 rows' d
+// (and m), then their quants as 4 vectors of nibbles (and Q5's fifth bits).
 template <Block32 kType, typename Block>
-void pack_five_bit_group(const Block *in, int64_t nb, uint8_t *out) {
+void pack_nibble_group(const Block *in, int64_t nb, uint8_t *out) {
     for (int64_t b = 0; b < nb; ++b, out += block32_bytes(kType)) {
         for (int r = 0; r < kRows; ++r) {
             const Block &blk = in[r * nb + b];
             std::memcpy(out + 2 * r, &blk.d, 2);
-            if constexpr (kType == Block32::q5_1) std::memcpy(out + kQ51M + 2 * r, &blk.m, 2);
+            if constexpr (has_min(kType)) std::memcpy(out + kQ51M + 2 * r, &blk.m, 2);
             uint8_t q[kQK];
-            for (int part = 0; part < 4; ++part) {
-                const uint64_t bytes = five_bit_quants(blk.qh, blk.qs, part);
-                std::memcpy(q + 8 * part, &bytes, sizeof bytes);
-            }
+            block_quants(blk, q);
             put_nibbles(q, r, out + block32_quants(kType));
-            put_fifth_bits(q, r, out + block32_bits(kType));
+            if constexpr (has_fifth(kType)) put_fifth_bits(q, r, out + block32_bits(kType));
         }
     }
 }
@@ -513,8 +536,10 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         uint8_t *d = out + g * dst_group;
         switch (type) {
         case GGML_TYPE_Q8_0: pack_q8_0_group(reinterpret_cast<const BlockQ8_0 *>(s), depth, d); break;
-        case GGML_TYPE_Q5_0: pack_five_bit_group<Block32::q5_0>(reinterpret_cast<const BlockQ5_0 *>(s), depth, d); break;
-        case GGML_TYPE_Q5_1: pack_five_bit_group<Block32::q5_1>(reinterpret_cast<const BlockQ5_1 *>(s), depth, d); break;
+        case GGML_TYPE_Q4_0: pack_nibble_group<Block32::q4_0>(reinterpret_cast<const BlockQ4_0 *>(s), depth, d); break;
+        case GGML_TYPE_Q4_1: pack_nibble_group<Block32::q4_1>(reinterpret_cast<const BlockQ4_1 *>(s), depth, d); break;
+        case GGML_TYPE_Q5_0: pack_nibble_group<Block32::q5_0>(reinterpret_cast<const BlockQ5_0 *>(s), depth, d); break;
+        case GGML_TYPE_Q5_1: pack_nibble_group<Block32::q5_1>(reinterpret_cast<const BlockQ5_1 *>(s), depth, d); break;
         case GGML_TYPE_F16:
             pack_f16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;

@@ -1,7 +1,7 @@
-// toy's own matrix-multiply kernels for Q8_0, Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K and BF16 weights on
+// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
-// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K prompts where the CPU has AMX, packed_kernels_amx.cpp),
+// Q4_0 to Q5_1 and the K-quants' prompts where the CPU has AMX, packed_kernels_amx.cpp),
 // where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
@@ -14,15 +14,16 @@
 //   16 x 32 quants with 128 added (unsigned) and interleaved 4 bytes per row,
 //   so one VPDPBUSD multiplies 4 inputs of all 16 rows by one broadcast
 //   4-byte group of a column. Same size as Q8_0.
-// - Q5_0 and Q5_1 (d (q - 16) and d q + m: the types llama-quantize writes
-//   for Q4_K and Q5_K where rows are not whole super-blocks): per block the
-//   16 rows' d (and m), then their 5-bit quants as Q5_K's units below (4
-//   vectors of nibbles, one of fifth bits), decoded to Q8_0's vectors
-//   (unsigned) as they load, or for prompts once per group and panel of
-//   columns into Q8_0's layout (Q5_0: q - 16 + 128) or the same with m
-//   (Q5_1). Q5_0 against ggml's Q8_0 input (its bias / 8 is -16 x the
-//   input's sum), Q5_1 against its Q8_1 (Q8_0's quants and scale, and the
-//   fp16 scale x sum of the quants that the minimums multiply). Same sizes.
+// - Q4_0, Q4_1, Q5_0 and Q5_1 (d (q - 8), d q + m, d (q - 16), d q + m;
+//   Q5_0 and Q5_1 are what llama-quantize writes for Q4_K and Q5_K where
+//   rows are not whole super-blocks): per block the 16 rows' d (and m), then
+//   their quants as 4 vectors of nibbles (and, 5-bit, one of fifth bits: Q5_K's
+//   units below), decoded to Q8_0's vectors (unsigned) as they load, or for
+//   prompts once per group and panel of columns into Q8_0's layout (q - 8
+//   or q - 16, + 128) or the same with m. Q4_0 and Q5_0 against ggml's Q8_0
+//   input (its bias / 16 or / 8 is -8 or -16 x the input's sum), Q4_1 and
+//   Q5_1 against its Q8_1 (Q8_0's quants and scale, and the fp16 scale x sum
+//   of the quants that the minimums multiply). Same sizes.
 // - F16: per input, the 16 rows' weights; VCVTPH2PS + FMA with float32
 //   columns rounded through fp16 first (as ggml rounds them), so every
 //   product is ggml's, exact in float32. Same size as F16.
@@ -59,8 +60,8 @@
 
 namespace toy::graph {
 
-// Whether a kernel takes a matrix of this type and shape: Q8_0, Q5_0, F16,
-// Q5_1, Q4_K, Q5_K, Q6_K or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
+// Whether a kernel takes a matrix of this type and shape: Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
 // runs one of the kernel sets (AVX-512 VNNI, BF16 only with AVX512_BF16;
 // else AVX2 + FMA + F16C, without BF16; chosen at run time). False
 // elsewhere, where ggml's own kernels run.
@@ -73,7 +74,7 @@ bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 // packing at all).
 const char *packed_kernels_name();
 // Whether the set in use has wide tiles (AMX) for prompts through matrices
-// of `type` (Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K on the amx set).
+// of `type` (all but F16 and BF16 on the amx set).
 bool packed_wide_tiles(ggml_type type);
 // Switches to the named set ("amx", "avx512" or "avx2") if the CPU runs it and a
 // set is in use (the layouts are the same, so packed matrices stay valid);
@@ -106,7 +107,7 @@ bool packed_input_inline(const ggml_tensor *x);
 ggml_type packed_input_type(ggml_type type);
 
 // x [n_in, ...] prepared for packed_mul_mat by a matrix of `type` (Q8_0,
-// Q5_0, Q5_1 and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
+// Q4_0 to Q5_1 and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
 // rounded through fp16 or to bfloat16, as ggml does).
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type);
 

@@ -314,9 +314,10 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     // K-quants, which AMX decodes at half to two thirds of toy's speed on a
     // Sapphire-Rapids-class Xeon (Llama-3.2-1B Q4_K_M tg64 10.6-14.7 vs
     // 19.7-26.4 t/s; SmolLM2 F16 tg64 57 vs 92-96, its prompt 556-701 vs
-    // 727-779 t/s: BENCHMARKS.md), and for Q8_0 where toy's set has AMX
-    // tiles of its own (prompts through SmolLM2 Q8_0 10-23% faster, decoding
-    // 7-17%; ggml's AMX kept only where toy's set lacks them).
+    // 727-779 t/s: BENCHMARKS.md), and for Q8_0, Q4_0 and Q4_1 where toy's
+    // set has AMX tiles of its own (prompts through SmolLM2 Q8_0 10-23%
+    // faster, decoding 7-17%; Q4_0 8% and 5%, Q4_1 13% and 10%; ggml's AMX
+    // kept only where toy's set lacks them).
     auto toy_kernel_first = [&](ggml_backend_buffer_type_t b, const Entry &e) {
         const char *name = ggml_backend_buft_name(b);
         const bool amx_slower = e.type == GGML_TYPE_F16 || e.type == GGML_TYPE_Q4_K || e.type == GGML_TYPE_Q5_K ||
