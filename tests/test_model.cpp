@@ -399,21 +399,29 @@ TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
 }
 
 // Q5_K matrices (and those llama-quantize writes as Q5_1 where rows are not
-// whole super-blocks) run toy's packed kernels, on every kernel set the CPU
-// runs, with ggml's results up to float summation order: a Q5_K model of
-// rows of 256, then one of rows of 320. Each product's input is quantized
-// (a step function), so a last-bit difference upstream can move an input
-// by a step and the logits by 1e-3 (4.5e-3 here on the Q5_K model: from the
-// first block's residual sum, 1e-7 apart, on); a wrong bit in a kernel
-// moves them by far more.
-TEST(Model, FiveBitMatricesRunToysKernelsAsGgmlsDo) {
+// whole super-blocks) and Q4_0 ones run toy's packed kernels (not ggml's AMX
+// or repack buffers), on every kernel set the CPU runs, with ggml's results
+// up to float summation order: a Q5_K model of rows of 256, one of rows of
+// 320 (Q5_1), a Q4_0 one. Each product's input is quantized (a step
+// function), so a last-bit difference upstream can move an input by a step
+// and the logits by 1e-3 (4.5e-3 here on the Q5_K model: from the first
+// block's residual sum, 1e-7 apart, on); a wrong bit in a kernel moves them
+// by far more.
+TEST(Model, NibbleQuantMatricesRunToysKernelsAsGgmlsDo) {
     if (std::string_view(graph::packed_kernels_name()) == "none") GTEST_SKIP() << "toy's packed kernels are off";
     test::TempDir dir;
-    for (const int64_t n_embd : {256, 320}) {
-        SCOPED_TRACE(n_embd);
+    struct Case {
+        InitType type;
+        int64_t n_embd;
+        ggml_type wanted;
+    };
+    for (const Case &k : {Case{InitType::Q5_K, 256, GGML_TYPE_Q5_K}, Case{InitType::Q5_K, 320, GGML_TYPE_Q5_1},
+                          Case{InitType::Q4_0, 256, GGML_TYPE_Q4_0}}) {
+        const ggml_type wanted = k.wanted;
+        SCOPED_TRACE(ggml_type_name(wanted));
         InitOptions o = preset_options("custom", "llama");
-        o.type = InitType::Q5_K;
-        o.n_embd = n_embd;
+        o.type = k.type;
+        o.n_embd = k.n_embd;
         o.n_layer = 2;
         o.n_head = 4;
         o.n_head_kv = 2;
@@ -421,9 +429,8 @@ TEST(Model, FiveBitMatricesRunToysKernelsAsGgmlsDo) {
         o.n_vocab = 320;
         o.n_ctx = 64;
         o.n_threads = 2;
-        const std::string path = dir.file("q5_" + std::to_string(n_embd) + ".gguf");
+        const std::string path = dir.file(std::string(ggml_type_name(wanted)) + ".gguf");
         init_model(o, path);
-        const ggml_type wanted = n_embd % 256 == 0 ? GGML_TYPE_Q5_K : GGML_TYPE_Q5_1;
         auto packed = Model::load(path);
         LoadOptions plain_opts;
         plain_opts.repack = false;
