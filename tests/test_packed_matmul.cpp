@@ -1,4 +1,4 @@
-// toy's packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K and BF16 kernels against ggml's own matmul: the
+// toy's packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q4_K, Q5_K, Q6_K and BF16 kernels against ggml's own matmul: the
 // same products up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, 16 at a time on the amx set, partial passes, several
 // 64-column panels) and for inputs that are views with strides.
@@ -179,9 +179,10 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                     const double tol = 1e-5 * (1.0 + mag);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
-                } else if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0) {
+                } else if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_IQ4_NL) {
                     // both sum the same exact block products (Q4_0, Q5_0: q x - 8 or 16 sum(x) for
-                    // ggml's (q - 8 or 16) x, against the same Q8_0 input); only the order of the float sums differs
+                    // ggml's (q - 8 or 16) x, against the same Q8_0 input; IQ4_NL: its table's values);
+                    // only the order of the float sums differs
                     const double tol = 1e-5 * (1.0 + std::fabs(b)) * std::sqrt((double)k.n_in / 32);
                     worst = std::max(worst, std::fabs(a - b) / tol);
                     ASSERT_NEAR(a, b, tol) << "row " << r << " column " << c;
@@ -214,7 +215,8 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
-                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_F16,
+                         ::testing::Combine(::testing::Values(GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                                              GGML_TYPE_IQ4_NL, GGML_TYPE_F16,
                                                               GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_BF16),
                                             ::testing::Values(std::string("amx"), std::string("avx512"), std::string("avx2"))),
                          [](const auto &info) {
@@ -317,10 +319,11 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_1, ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_0, ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_1, ok, 2));
-    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_IQ4_NL, ok, 2));
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_IQ4_NL, ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_IQ4_XS, k_ok, 2));
     EXPECT_EQ(graph::packed_size(GGML_TYPE_Q6_K, 256, 32), ggml_row_size(GGML_TYPE_Q6_K, 256) * 32);
     // Q4_0 to Q5_1 keep their sizes; their inputs are ggml's (Q8_0, or Q8_1 with minimums)
-    for (const ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1}) {
+    for (const ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL}) {
         EXPECT_EQ(graph::packed_size(t, 64, 32), ggml_row_size(t, 64) * 32) << ggml_type_name(t);
     }
     EXPECT_EQ(graph::packed_input_type(GGML_TYPE_Q4_0), GGML_TYPE_Q8_0);
@@ -339,7 +342,7 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_EQ(graph::packed_kernels_name(), in_use);
 }
 
-// The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, Q4_K, Q5_K, Q6_K) take the same float steps as
+// The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K) take the same float steps as
 // the AVX-512 tiles after the same exact integer sums, so a prompt's products
 // are the AVX-512 set's bit for bit (the graph's results do not depend on
 // which of the two a CPU runs).
@@ -348,8 +351,8 @@ TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
         KernelSetScope amx("amx");
         if (!amx.ok()) GTEST_SKIP() << "this CPU (or kernel) gives this process no AMX tiles";
     }
-    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K,
-                                 GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
+    for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL,
+                                 GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) {
         SCOPED_TRACE(ggml_type_name(type));
         // 3 wide passes and 2 columns for the 8-column tiles; 10 row groups
         const int64_t n_in = 1024, n_out = 160, cols = 50;

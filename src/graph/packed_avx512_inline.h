@@ -60,6 +60,10 @@ inline void load_block32(const uint8_t *w, __m512i *v) {
         load_five_bit_unit(w + block32_quants(kType), w + block32_bits(kType), v);
     } else {
         load_nibbles(w + block32_quants(kType), v);
+        if constexpr (kType == Block32::iq4_nl) {  // t[q] + 128, the table in every 128-bit lane
+            const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlBiased.data())));
+            for (int j = 0; j < 8; ++j) v[j] = _mm512_shuffle_epi8(table, v[j]);
+        }
     }
 }
 

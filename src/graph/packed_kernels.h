@@ -8,6 +8,7 @@
 #include <ggml.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,7 +37,17 @@ constexpr size_t kColBlock = kQK + 2 * sizeof(int32_t);
 // Prompts decode a row group's nibble blocks once per panel of columns
 // (KernelSet::expand: Q4_0 and Q5_0 to Q8_0's layout, q - 8 + 128 and
 // q - 16 + 128; Q4_1 and Q5_1 to q5_1x) rather than once per pass of 8 columns.
-enum class Block32 { q8_0, q4_0, q4_1, q5_0, q5_1, q5_1x };
+// IQ4_NL (d t[q]: the nibbles index ggml's table of 16 int8, kIq4nlValues)
+// keeps Q4_0's layout and decodes to t[q] + 128, Q8_0's form.
+enum class Block32 { q8_0, q4_0, q4_1, q5_0, q5_1, q5_1x, iq4_nl };
+constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// the table + 128 (unsigned: what the tiles multiply), and as it is
+constexpr std::array<uint8_t, 16> iq4nl_table(int offset) {
+    std::array<uint8_t, 16> t{};
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(kIq4nlValues[i] + offset);
+    return t;
+}
+inline constexpr std::array<uint8_t, 16> kIq4nlBiased = iq4nl_table(128), kIq4nlSigned = iq4nl_table(0);
 constexpr bool has_min(Block32 t) { return t == Block32::q4_1 || t == Block32::q5_1 || t == Block32::q5_1x; }
 constexpr bool has_fifth(Block32 t) { return t == Block32::q5_0 || t == Block32::q5_1; }
 constexpr bool nibbles(Block32 t) { return t != Block32::q8_0 && t != Block32::q5_1x; }
@@ -59,7 +70,8 @@ constexpr int block32_bias_shift(Block32 t) { return t == Block32::q4_0 ? 4 : t 
 // The Block32 of a ggml type.
 constexpr Block32 block32_of(ggml_type type) {
     return type == GGML_TYPE_Q4_0 ? Block32::q4_0 : type == GGML_TYPE_Q4_1 ? Block32::q4_1
-         : type == GGML_TYPE_Q5_0 ? Block32::q5_0 : type == GGML_TYPE_Q5_1 ? Block32::q5_1 : Block32::q8_0;
+         : type == GGML_TYPE_Q5_0 ? Block32::q5_0 : type == GGML_TYPE_Q5_1 ? Block32::q5_1
+         : type == GGML_TYPE_IQ4_NL ? Block32::iq4_nl : Block32::q8_0;
 }
 
 // One Q8_K-quantized input column (the input of Q4_K, Q5_K and Q6_K): per 256
@@ -191,7 +203,7 @@ using WideTileFn = void (*)(const uint8_t *w, size_t group_bytes, int64_t groups
 // configure a thread once and expect it to stay).
 struct WideTiles {
     int cols;
-    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1;
+    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl;
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -200,13 +212,13 @@ struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
-    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *bf16;
+    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *bf16;
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
     // one column of x prepared for an input form (Q8_0, Q8_1, Q8_K, F16 or BF16), as ggml prepares it
     void (*prepare)(ggml_type form, const float *x, int64_t n, uint8_t *out);
-    // `nb` packed Q4_0, Q4_1, Q5_0 or Q5_1 blocks of a group at w expanded
+    // `nb` packed Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL blocks of a group at w expanded
     // to Q8_0's layout or q5_1x's at out (expanded_tiles_for's tiles take them)
     void (*expand)(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out);
     // AMX tiles for prompts through Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (the "amx" set:
@@ -226,6 +238,7 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_Q6_K: return k.q6_k;
     case GGML_TYPE_Q5_K: return k.q5_k;
     case GGML_TYPE_Q5_1: return k.q5_1;
+    case GGML_TYPE_IQ4_NL: return k.iq4_nl;
     case GGML_TYPE_BF16: return k.bf16;
     default: return nullptr;
     }
@@ -234,7 +247,8 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
 // The tiles for a group of `type` expanded by KernelSet::expand, and the
 // bytes per expanded block; null and 0 for types without an expansion.
 inline bool expands(ggml_type type) {
-    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1;
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
+           type == GGML_TYPE_IQ4_NL;
 }
 inline const Tiles *expanded_tiles_for(const KernelSet &k, ggml_type type) {
     if (!expands(type)) return nullptr;
@@ -255,6 +269,7 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     case GGML_TYPE_Q6_K: return wide.q6_k;
     case GGML_TYPE_Q5_K: return wide.q5_k;
     case GGML_TYPE_Q5_1: return wide.q5_1;
+    case GGML_TYPE_IQ4_NL: return wide.iq4_nl;
     default: return nullptr;
     }
 }

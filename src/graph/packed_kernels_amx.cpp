@@ -1,10 +1,10 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and K-quant matrices, 16 columns x 16 rows
+// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and K-quant matrices, 16 columns x 16 rows
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
 // quants each, read with the columns' stride), so neither is copied. Q4_0
-// to Q5_1 decode their quants into that layout once per row group;
+// to Q5_1 and IQ4_NL decode their quants into that layout once per row group;
 // the K-quants fold their integer sub-block scales into a staged copy of the
 // weights (below). Every product's exact int32 sums then take the same float
 // steps as the AVX-512 tiles, so the results are theirs, bit for bit.
@@ -430,6 +430,7 @@ const WideTiles *amx_tiles() {
                                  q8_0_tiles<Block32::q4_1>,
                                  q8_0_tiles<Block32::q5_0>,
                                  q8_0_tiles<Block32::q5_1>,
+                                 q8_0_tiles<Block32::iq4_nl>,
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

@@ -195,7 +195,8 @@ inline __m256i fifth_bit(__m256i h) {
 // saturate), or any other Block32 (kType: 4- and 5-bit quants decoded from
 // their nibbles and fifth bits, unsigned, so VPMADDUBSW pairs of at most
 // 2 x 31 x 128; sums from the input's bias shifted (block32_bias_shift);
-// the minimums times the Q8_1 input's scaled sums).
+// the minimums times the Q8_1 input's scaled sums; IQ4_NL's table values
+// signed, through the sign trick).
 template <int C, bool kStream, Block32 kType = Block32::q8_0>
 void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     if constexpr (C > 4) {
@@ -241,13 +242,26 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                     lo = _mm256_or_si256(lo, fifth_bit<k>(hb));
                     hi = _mm256_or_si256(hi, fifth_bit<k + 4>(hb));
                 }
-                for (int c = 0; c < C; ++c) {
-                    const uint8_t *xb = xq + c * x_stride + b * kColBlock;
-                    // two pairs of at most 7936 add up in int16, one widening
-                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb + 4 * k)),
-                                                       _mm256_maddubs_epi16(hi, bcast4(xb + 16 + 4 * k)));
-                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-                    in_register(s[c]);
+                if constexpr (kType == Block32::iq4_nl) {
+                    // the table's signed values, through Q8_0's sign trick (pairs up to 2 x 127 x 127)
+                    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlSigned.data())));
+                    const __m256i wl = _mm256_shuffle_epi8(table, lo), wh = _mm256_shuffle_epi8(table, hi);
+                    const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+                    for (int c = 0; c < C; ++c) {
+                        const uint8_t *xb = xq + c * x_stride + b * kColBlock;
+                        s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(al, _mm256_sign_epi8(bcast4(xb + 4 * k), wl)),
+                                                                       dot4(ah, _mm256_sign_epi8(bcast4(xb + 16 + 4 * k), wh))));
+                        in_register(s[c]);
+                    }
+                } else {
+                    for (int c = 0; c < C; ++c) {
+                        const uint8_t *xb = xq + c * x_stride + b * kColBlock;
+                        // two pairs of at most 7936 add up in int16, one widening
+                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb + 4 * k)),
+                                                           _mm256_maddubs_epi16(hi, bcast4(xb + 16 + 4 * k)));
+                        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                        in_register(s[c]);
+                    }
                 }
             };
             step(std::integral_constant<int, 0>{});
@@ -295,6 +309,11 @@ void q5_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 }
 
 template <int C, bool kStream>
+void iq4_nl_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, Block32::iq4_nl>(w, nb, xq, x_stride, y, ldy);
+}
+
+template <int C, bool kStream>
 void q5_1x_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     q8_0_tile<C, kStream, Block32::q5_1x>(w, nb, xq, x_stride, y, ldy);
 }
@@ -319,6 +338,10 @@ void expand_blocks(const uint8_t *w, int64_t nb, uint8_t *out) {
                     lo = _mm256_or_si256(lo, fifth_bit<k>(hb));
                     hi = _mm256_or_si256(hi, fifth_bit<k + 4>(hb));
                 }
+                if constexpr (kType == Block32::iq4_nl) {  // t[q] + 128, Q8_0's form
+                    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlBiased.data())));
+                    lo = _mm256_shuffle_epi8(table, lo), hi = _mm256_shuffle_epi8(table, hi);
+                }
                 _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * k + 32 * h), _mm256_add_epi8(lo, offset));
                 _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * (k + 4) + 32 * h), _mm256_add_epi8(hi, offset));
             };
@@ -335,6 +358,7 @@ void expand(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out) {
     case GGML_TYPE_Q4_0: expand_blocks<Block32::q4_0>(w, nb, out); break;
     case GGML_TYPE_Q4_1: expand_blocks<Block32::q4_1>(w, nb, out); break;
     case GGML_TYPE_Q5_0: expand_blocks<Block32::q5_0>(w, nb, out); break;
+    case GGML_TYPE_IQ4_NL: expand_blocks<Block32::iq4_nl>(w, nb, out); break;
     default: expand_blocks<Block32::q5_1>(w, nb, out); break;
     }
 }
@@ -597,7 +621,7 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
                  kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile), kQ40Tiles = TOY_TILES(q4_0_tile),
                  kQ41Tiles = TOY_TILES(q4_1_tile), kQ50Tiles = TOY_TILES(q5_0_tile),
-                 kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile),
+                 kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile), kIq4nlTiles = TOY_TILES(iq4_nl_tile),
                  kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
@@ -607,7 +631,7 @@ const KernelSet *avx2_kernels() {
     // faster than over ggml's layout and its prompts are no slower than
     // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
-    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, false, prepare, expand};
+    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kBf16Tiles, true, false, prepare, expand};
     return &set;
 }
 

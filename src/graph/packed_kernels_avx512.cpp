@@ -160,6 +160,11 @@ void q5_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 }
 
 template <int C, bool kStream>
+void iq4_nl_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    q8_0_tile<C, kStream, Block32::iq4_nl>(w, nb, xq, x_stride, y, ldy);
+}
+
+template <int C, bool kStream>
 void q5_1x_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     q8_0_tile<C, kStream, Block32::q5_1x>(w, nb, xq, x_stride, y, ldy);
 }
@@ -183,6 +188,7 @@ void expand(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out) {
     case GGML_TYPE_Q4_0: expand_blocks<Block32::q4_0>(w, nb, out); break;
     case GGML_TYPE_Q4_1: expand_blocks<Block32::q4_1>(w, nb, out); break;
     case GGML_TYPE_Q5_0: expand_blocks<Block32::q5_0>(w, nb, out); break;
+    case GGML_TYPE_IQ4_NL: expand_blocks<Block32::iq4_nl>(w, nb, out); break;
     default: expand_blocks<Block32::q5_1>(w, nb, out); break;
     }
 }
@@ -331,7 +337,7 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
                  kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile),
                  kQ40Tiles = TOY_TILES(q4_0_tile), kQ41Tiles = TOY_TILES(q4_1_tile), kQ50Tiles = TOY_TILES(q5_0_tile),
-                 kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile);
+                 kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile), kIq4nlTiles = TOY_TILES(iq4_nl_tile);
 
 }  // namespace
 }  // namespace toy::graph::packed
@@ -382,16 +388,16 @@ constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 }  // namespace
 
 const KernelSet *avx512_kernels(bool with_bf16) {
-    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, nullptr, true, false, prepare, expand},
-        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, true, prepare, expand};
+    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, nullptr, true, false, prepare, expand},
+        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kBf16Tiles, true, true, prepare, expand};
     return with_bf16 ? &bf16 : &plain;
 }
 
 const KernelSet *amx_kernels(bool with_bf16) {
     const WideTiles *wide = amx_tiles();
     if (!wide) return nullptr;
-    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, nullptr, true, false, prepare, expand, wide},
-        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kBf16Tiles, true, true, prepare, expand, wide};
+    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, nullptr, true, false, prepare, expand, wide},
+        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kBf16Tiles, true, true, prepare, expand, wide};
     return with_bf16 ? &bf16 : &plain;
 }
 

@@ -34,7 +34,7 @@ struct BlockQ5_0 {
     uint8_t qs[kQK / 2];
 };
 // Q4_0 and Q4_1: 32 values d (q - 8) or d q + m, q of 4 bits (values j
-// and j + 16 in byte j's low and high nibble).
+// and j + 16 in byte j's low and high nibble). IQ4_NL is Q4_0's block.
 struct BlockQ4_0 {
     uint16_t d;  // fp16
     uint8_t qs[kQK / 2];
@@ -89,7 +89,8 @@ bool format_of(ggml_type type, Format *f) {
     switch (type) {
     case GGML_TYPE_Q8_0: *f = {kQK, kGroupBlock, GGML_TYPE_Q8_0}; return true;
     case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q5_0: *f = {kQK, block32_bytes(block32_of(type)), GGML_TYPE_Q8_0}; return true;
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_IQ4_NL: *f = {kQK, block32_bytes(block32_of(type)), GGML_TYPE_Q8_0}; return true;
     case GGML_TYPE_Q4_1:
     case GGML_TYPE_Q5_1: *f = {kQK, block32_bytes(block32_of(type)), GGML_TYPE_Q8_1}; return true;
     case GGML_TYPE_F16: *f = {1, kRows * sizeof(uint16_t), GGML_TYPE_F16}; return true;
@@ -170,7 +171,7 @@ uint64_t five_bit_quants(const uint8_t *qh, const uint8_t *qs, int part) {
     return nibs | fifth * 0x10;
 }
 
-// A Q4_0, Q4_1, Q5_0 or Q5_1 block's quants q in order, as bytes.
+// A Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL block's quants q in order, as bytes.
 template <typename Block>
 void block_quants(const Block &b, uint8_t *q) {
     if constexpr (requires { b.qh; }) {  // Q5_0, Q5_1
@@ -200,7 +201,7 @@ void pack_q8_0_group(const BlockQ8_0 *in, int64_t nb, uint8_t *out) {
     }
 }
 
-// Q4_0, Q4_1, Q5_0 or Q5_1 (kType), per group and block: the 16 rows' d
+// Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL (kType), per group and block: the 16 rows' d
 // (and m), then their quants as 4 vectors of nibbles (and Q5's fifth bits).
 template <Block32 kType, typename Block>
 void pack_nibble_group(const Block *in, int64_t nb, uint8_t *out) {
@@ -540,6 +541,7 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         case GGML_TYPE_Q4_1: pack_nibble_group<Block32::q4_1>(reinterpret_cast<const BlockQ4_1 *>(s), depth, d); break;
         case GGML_TYPE_Q5_0: pack_nibble_group<Block32::q5_0>(reinterpret_cast<const BlockQ5_0 *>(s), depth, d); break;
         case GGML_TYPE_Q5_1: pack_nibble_group<Block32::q5_1>(reinterpret_cast<const BlockQ5_1 *>(s), depth, d); break;
+        case GGML_TYPE_IQ4_NL: pack_nibble_group<Block32::iq4_nl>(reinterpret_cast<const BlockQ4_0 *>(s), depth, d); break;
         case GGML_TYPE_F16:
             pack_f16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;

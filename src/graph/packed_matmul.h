@@ -1,7 +1,7 @@
-// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K and BF16 weights on
+// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q4_K, Q5_K, Q6_K and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
-// Q4_0 to Q5_1 and the K-quants' prompts where the CPU has AMX, packed_kernels_amx.cpp),
+// Q4_0 to Q5_1, IQ4_NL and the K-quants' prompts where the CPU has AMX, packed_kernels_amx.cpp),
 // where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
@@ -23,7 +23,10 @@
 //   or q - 16, + 128) or the same with m. Q4_0 and Q5_0 against ggml's Q8_0
 //   input (its bias / 16 or / 8 is -8 or -16 x the input's sum), Q4_1 and
 //   Q5_1 against its Q8_1 (Q8_0's quants and scale, and the fp16 scale x sum
-//   of the quants that the minimums multiply). Same sizes.
+//   of the quants that the minimums multiply). Same sizes. IQ4_NL (d t[q],
+//   ggml's table of 16 int8; what llama-quantize writes for IQ4_XS where rows
+//   are not whole super-blocks) as Q4_0, its nibbles looked up (PSHUFB) into
+//   t[q] + 128, Q8_0's form.
 // - F16: per input, the 16 rows' weights; VCVTPH2PS + FMA with float32
 //   columns rounded through fp16 first (as ggml rounds them), so every
 //   product is ggml's, exact in float32. Same size as F16.
@@ -61,7 +64,7 @@
 namespace toy::graph {
 
 // Whether a kernel takes a matrix of this type and shape: Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1, F16, Q4_K, Q5_K, Q6_K or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
+// Q5_0, Q5_1, IQ4_NL, F16, Q4_K, Q5_K, Q6_K or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
 // runs one of the kernel sets (AVX-512 VNNI, BF16 only with AVX512_BF16;
 // else AVX2 + FMA + F16C, without BF16; chosen at run time). False
 // elsewhere, where ggml's own kernels run.
@@ -107,7 +110,7 @@ bool packed_input_inline(const ggml_tensor *x);
 ggml_type packed_input_type(ggml_type type);
 
 // x [n_in, ...] prepared for packed_mul_mat by a matrix of `type` (Q8_0,
-// Q4_0 to Q5_1 and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
+// Q4_0 to Q5_1, IQ4_NL and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
 // rounded through fp16 or to bfloat16, as ggml does).
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type);
 
