@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <cstddef>
 #include <cstdint>
 
@@ -67,7 +68,20 @@ constexpr int block32_expansion_offset(Block32 t) { return t == Block32::q4_0 ? 
 // bias shifted right by 4, exact), Q5_0's -16 x (by 3); the types with
 // minimums take none (their Q8_1 input has its scaled sum there instead).
 constexpr int block32_bias_shift(Block32 t) { return t == Block32::q4_0 ? 4 : t == Block32::q5_0 ? 3 : 0; }
-// The Block32 of a ggml type.
+// f(std::integral_constant<Block32, t>) for the nibble type t of a ggml type
+// (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL); false for others.
+template <typename F>
+bool with_nibble_type(ggml_type type, F &&f) {
+    switch (type) {
+    case GGML_TYPE_Q4_0: f(std::integral_constant<Block32, Block32::q4_0>{}); return true;
+    case GGML_TYPE_Q4_1: f(std::integral_constant<Block32, Block32::q4_1>{}); return true;
+    case GGML_TYPE_Q5_0: f(std::integral_constant<Block32, Block32::q5_0>{}); return true;
+    case GGML_TYPE_Q5_1: f(std::integral_constant<Block32, Block32::q5_1>{}); return true;
+    case GGML_TYPE_IQ4_NL: f(std::integral_constant<Block32, Block32::iq4_nl>{}); return true;
+    default: return false;
+    }
+}
+// The Block32 of a ggml type (q8_0 for any type not listed).
 constexpr Block32 block32_of(ggml_type type) {
     return type == GGML_TYPE_Q4_0 ? Block32::q4_0 : type == GGML_TYPE_Q4_1 ? Block32::q4_1
          : type == GGML_TYPE_Q5_0 ? Block32::q5_0 : type == GGML_TYPE_Q5_1 ? Block32::q5_1
@@ -246,10 +260,7 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
 
 // The tiles for a group of `type` expanded by KernelSet::expand, and the
 // bytes per expanded block; null and 0 for types without an expansion.
-inline bool expands(ggml_type type) {
-    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ||
-           type == GGML_TYPE_IQ4_NL;
-}
+inline bool expands(ggml_type type) { return nibbles(block32_of(type)); }
 inline const Tiles *expanded_tiles_for(const KernelSet &k, ggml_type type) {
     if (!expands(type)) return nullptr;
     return block32_expansion(block32_of(type)) == Block32::q8_0 ? k.q8_0 : k.q5_1x;
@@ -274,9 +285,13 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     }
 }
 
-// A type's Tiles from a tile template <int C, bool kStream>.
+// A type's Tiles from a tile template <int C, bool kStream>, or (TOY_TILES_OF)
+// <int C, bool kStream, kind> for one of the kinds a template serves.
 #define TOY_TILE_ROW(tile, s) {nullptr, tile<1, s>, tile<2, s>, tile<3, s>, tile<4, s>, tile<5, s>, tile<6, s>, tile<7, s>, tile<8, s>}
 #define TOY_TILES(tile) {TOY_TILE_ROW(tile, true), TOY_TILE_ROW(tile, false)}
+#define TOY_TILE_ROW_OF(tile, s, k) \
+    {nullptr, tile<1, s, k>, tile<2, s, k>, tile<3, s, k>, tile<4, s, k>, tile<5, s, k>, tile<6, s, k>, tile<7, s, k>, tile<8, s, k>}
+#define TOY_TILES_OF(tile, k) {TOY_TILE_ROW_OF(tile, true, k), TOY_TILE_ROW_OF(tile, false, k)}
 
 // Everything between TOY_TARGET_BEGIN("isa,...") and TOY_TARGET_END is
 // compiled for those instructions whatever the build targets (GCC and clang).

@@ -139,36 +139,6 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-template <int C, bool kStream>
-void q4_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    q8_0_tile<C, kStream, Block32::q4_0>(w, nb, xq, x_stride, y, ldy);
-}
-
-template <int C, bool kStream>
-void q4_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    q8_0_tile<C, kStream, Block32::q4_1>(w, nb, xq, x_stride, y, ldy);
-}
-
-template <int C, bool kStream>
-void q5_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    q8_0_tile<C, kStream, Block32::q5_0>(w, nb, xq, x_stride, y, ldy);
-}
-
-template <int C, bool kStream>
-void q5_1_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    q8_0_tile<C, kStream, Block32::q5_1>(w, nb, xq, x_stride, y, ldy);
-}
-
-template <int C, bool kStream>
-void iq4_nl_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    q8_0_tile<C, kStream, Block32::iq4_nl>(w, nb, xq, x_stride, y, ldy);
-}
-
-template <int C, bool kStream>
-void q5_1x_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    q8_0_tile<C, kStream, Block32::q5_1x>(w, nb, xq, x_stride, y, ldy);
-}
-
 // A nibble type's blocks in its expansion's layout (Q8_0's, q5_1x's): the
 // scales (and minimums) copied, the quants decoded once.
 template <Block32 kType>
@@ -184,13 +154,7 @@ void expand_blocks(const uint8_t *w, int64_t nb, uint8_t *out) {
 }
 
 void expand(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out) {
-    switch (type) {
-    case GGML_TYPE_Q4_0: expand_blocks<Block32::q4_0>(w, nb, out); break;
-    case GGML_TYPE_Q4_1: expand_blocks<Block32::q4_1>(w, nb, out); break;
-    case GGML_TYPE_Q5_0: expand_blocks<Block32::q5_0>(w, nb, out); break;
-    case GGML_TYPE_IQ4_NL: expand_blocks<Block32::iq4_nl>(w, nb, out); break;
-    default: expand_blocks<Block32::q5_1>(w, nb, out); break;
-    }
+    with_nibble_type(type, [&](auto t) { expand_blocks<decltype(t)::value>(w, nb, out); });
 }
 
 // F16: the input columns are float32 already rounded through fp16
@@ -268,11 +232,6 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 }
 
 template <int C, bool kStream>
-void q5_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    q4_k_tile<C, kStream, kQ5Block>(w, nb, xq, x_stride, y, ldy);
-}
-
-template <int C, bool kStream>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -334,10 +293,11 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
     }
 }
 
-constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile),
-                 kQ4KTiles = TOY_TILES(q4_k_tile), kQ5KTiles = TOY_TILES(q5_k_tile), kQ6KTiles = TOY_TILES(q6_k_tile),
-                 kQ40Tiles = TOY_TILES(q4_0_tile), kQ41Tiles = TOY_TILES(q4_1_tile), kQ50Tiles = TOY_TILES(q5_0_tile),
-                 kQ51Tiles = TOY_TILES(q5_1_tile), kQ51xTiles = TOY_TILES(q5_1x_tile), kIq4nlTiles = TOY_TILES(iq4_nl_tile);
+constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile), kQ4KTiles = TOY_TILES(q4_k_tile),
+                 kQ5KTiles = TOY_TILES_OF(q4_k_tile, kQ5Block), kQ6KTiles = TOY_TILES(q6_k_tile),
+                 kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
+                 kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
+                 kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl);
 
 }  // namespace
 }  // namespace toy::graph::packed
