@@ -49,6 +49,21 @@ inline void load_q5_k_unit(const uint8_t *w, int j, __m512i *v) {
     load_five_bit_unit(w + kQ4Qs + 256 * j, w + kQ5Qh + 64 * j, v);
 }
 
+// The table + 128 in every 128-bit lane, and 8 vectors of nibbles looked up in it.
+inline __m512i iq4nl_biased_table() {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlBiased.data())));
+}
+inline void look_up_iq4nl(__m512i *v) {
+    const __m512i table = iq4nl_biased_table();
+    for (int j = 0; j < 8; ++j) v[j] = _mm512_shuffle_epi8(table, v[j]);
+}
+
+// The 8 vectors of IQ4_XS unit j of the super-block at w: t[q] + 128.
+inline void load_iq4_xs_unit(const uint8_t *w, int j, __m512i *v) {
+    load_nibbles(w + kX4Qs + 256 * j, v);
+    look_up_iq4nl(v);
+}
+
 // The 8 vectors of 16 rows x 4 unsigned quants of a 32-value block at w
 // (packed_kernels.h): Q8_0's (+128) and q5_1x's as stored, the others
 // decoded from their nibbles (and fifth bits).
@@ -60,10 +75,7 @@ inline void load_block32(const uint8_t *w, __m512i *v) {
         load_five_bit_unit(w + block32_quants(kType), w + block32_bits(kType), v);
     } else {
         load_nibbles(w + block32_quants(kType), v);
-        if constexpr (kType == Block32::iq4_nl) {  // t[q] + 128, the table in every 128-bit lane
-            const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlBiased.data())));
-            for (int j = 0; j < 8; ++j) v[j] = _mm512_shuffle_epi8(table, v[j]);
-        }
+        if constexpr (kType == Block32::iq4_nl) look_up_iq4nl(v);  // t[q] + 128
     }
 }
 

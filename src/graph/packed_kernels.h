@@ -88,7 +88,7 @@ constexpr Block32 block32_of(ggml_type type) {
          : type == GGML_TYPE_IQ4_NL ? Block32::iq4_nl : Block32::q8_0;
 }
 
-// One Q8_K-quantized input column (the input of Q4_K, Q5_K and Q6_K): per 256
+// One Q8_K-quantized input column (the input of Q4_K, Q5_K, Q6_K and IQ4_XS): per 256
 // values, the int8 quants, their sums per 16 and per 32 (int16), the scale.
 constexpr size_t kKQs = 0, kKSum16 = 256, kKSum32 = 288, kKD = 304, kKColBlock = 308;
 
@@ -106,6 +106,10 @@ constexpr size_t kQ5Qh = kQ4Block, kQ5Block = kQ4Block + 8 * 64;
 // per row (32 bytes per 32 inputs), the low 4 bits as Q4_K's, then per 32
 // inputs two planes of the high 2 bits (plane h, bits 2t: inputs 16h + 4t..).
 constexpr size_t kQ6D = 0, kQ6Sc = 32, kQ6Ql = 288, kQ6Qh = 2336, kQ6Block = 3360;
+// IQ4_XS, per group and super-block: 16 fp16 d, the 8 sub-block scales
+// ls - 32 as signed bytes (16 per sub-block), then per sub-block Q4_K's 4
+// vectors of nibbles, which index ggml's table (kIq4nlValues). 1.5% larger.
+constexpr size_t kX4D = 0, kX4Sc = 32, kX4Qs = 160, kX4Block = 2208;
 
 // BF16, per group and pair of inputs (2k, 2k+1): one vector of 16 rows x 2
 // bfloat16 (row r's 4 bytes: input 2k in the low half), so one VDPBF16PS
@@ -217,7 +221,7 @@ using WideTileFn = void (*)(const uint8_t *w, size_t group_bytes, int64_t groups
 // configure a thread once and expect it to stay).
 struct WideTiles {
     int cols;
-    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl;
+    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs;
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -226,7 +230,7 @@ struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
-    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *bf16;
+    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *iq4_xs, *bf16;
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
@@ -253,6 +257,7 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_Q5_K: return k.q5_k;
     case GGML_TYPE_Q5_1: return k.q5_1;
     case GGML_TYPE_IQ4_NL: return k.iq4_nl;
+    case GGML_TYPE_IQ4_XS: return k.iq4_xs;
     case GGML_TYPE_BF16: return k.bf16;
     default: return nullptr;
     }
@@ -281,6 +286,7 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     case GGML_TYPE_Q5_K: return wide.q5_k;
     case GGML_TYPE_Q5_1: return wide.q5_1;
     case GGML_TYPE_IQ4_NL: return wide.iq4_nl;
+    case GGML_TYPE_IQ4_XS: return wide.iq4_xs;
     default: return nullptr;
     }
 }

@@ -1,5 +1,5 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and K-quant matrices, 16 columns x 16 rows
+// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and K-quant matrices, 16 columns x 16 rows
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
@@ -287,6 +287,20 @@ void stage_q6_k(const uint8_t *w, int64_t nb, Staged *out) {
     }
 }
 
+// IQ4_XS: B holds (t[q] + 128) x the signed scale (at most 241 x 32), the
+// high byte signed as Q6_K's; iq4_xs_accumulate takes 128 x scale x the
+// input's sums per 32 back.
+void stage_iq4_xs(const uint8_t *w, int64_t nb, Staged *out) {
+    for (int64_t b = 0; b < nb; ++b, w += kX4Block) {
+        for (int j = 0; j < 8; ++j) {
+            __m512i v[8];
+            load_iq4_xs_unit(w, j, v);
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kX4Sc + 16 * j)));
+            stage_unit(v, sc, sc, out[b].lo + 512 * j, out[b].hi + 512 * j);
+        }
+    }
+}
+
 // Per super-block, 16 columns' scales and their sums per 32 (Q4_K's mins,
 // as int16 pairs) or per 16 (Q6_K's offset) as stored in the prepared column.
 struct KColumns {
@@ -323,9 +337,26 @@ inline void q6_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const u
     }
 }
 
+// Super-block b's sums into the accumulators, as the AVX-512 IQ4_XS tile
+// takes its exact total: low + 256 x high less 128 x the scales x the sums per 32.
+inline void iq4_xs_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
+    const __m512 dw = load_f16x16(w + kX4D);
+    __m512i pairs[4];  // per row the scales of sub-blocks 2p and 2p + 1 as int16 pairs
+    for (int p = 0; p < 4; ++p) {
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kX4Sc + 32 * p));
+        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kX4Sc + 32 * p + 16));
+        pairs[p] = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(a, c), _mm_unpacklo_epi8(a, c)));
+    }
+    for (int m = 0; m < 16; ++m) {
+        __m512i summ = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) summ = _mm512_dpwssd_epi32(summ, pairs[p], _mm512_set1_epi32(static_cast<int32_t>(x.sums[p][m])));
+        acc[m] = q8_0_step(acc[m], _mm512_sub_epi32(k_total(lo, hi, m), _mm512_slli_epi32(summ, 7)), dw, x.d[m]);
+    }
+}
+
 // A super-block's low and high sums through C tiles kLo and kHi (A in tile
 // 0, B's low and high bytes in 1 and 4), 64 inputs per TDPBSUD.
-template <int kLo, int kHi, bool kQ6>
+template <int kLo, int kHi, bool kSignedHigh>
 inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (&out)[2]) {
     tile_zero<kLo>();
     tile_zero<kHi>();
@@ -334,19 +365,19 @@ inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (
         tile_load<1>(st.lo + 1024 * p, 64);
         tile_load<4>(st.hi + 1024 * p, 64);
         tile_dot<kLo, 0, 1>();
-        tile_dot<kHi, 0, 4, kQ6>();  // Q6_K's high bytes are signed
+        tile_dot<kHi, 0, 4, kSignedHigh>();  // Q6_K's and IQ4_XS's high bytes are signed
     }
     tile_store<kLo>(out[0]);
     tile_store<kHi>(out[1]);
 }
 
-// y for `groups` groups of Q4_K, Q5_K or Q6_K (super-blocks of kBlock bytes)
-// and `cols` columns (a multiple of 16) of Q8_K-prepared input.
+// y for `groups` groups of Q4_K, Q5_K, Q6_K or IQ4_XS (super-blocks of
+// kBlock bytes) and `cols` columns (a multiple of 16) of Q8_K-prepared input.
 template <size_t kBlock>
 void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
              int64_t cols, float *y, int64_t ldy) {
     load_config(kKConfig);
-    constexpr bool kQ6 = kBlock == kQ6Block;
+    constexpr bool kQ6 = kBlock == kQ6Block, kX4 = kBlock == kX4Block;
     const int64_t sets = cols / 16;
     const size_t block = kBlock;
     thread_local std::vector<KColumns> columns;
@@ -370,6 +401,8 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
     for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
         if constexpr (kQ6) {
             stage_q6_k(w, nb, staged.data());
+        } else if constexpr (kX4) {
+            stage_iq4_xs(w, nb, staged.data());
         } else {
             stage_q4_k<kBlock>(w, nb, staged.data());
         }
@@ -382,6 +415,8 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
             auto accumulate = [&](int64_t b) {
                 if constexpr (kQ6) {
                     q6_k_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
+                } else if constexpr (kX4) {
+                    iq4_xs_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else {
                     q4_k_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 }
@@ -389,9 +424,9 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *xb = xs + b * kKColBlock + kKQs;
                 if (b % 2 == 0) {
-                    k_block<2, 3, kQ6>(xb, x_stride, staged[b], sums[0]);
+                    k_block<2, 3, kQ6 || kX4>(xb, x_stride, staged[b], sums[0]);
                 } else {
-                    k_block<5, 6, kQ6>(xb, x_stride, staged[b], sums[1]);
+                    k_block<5, 6, kQ6 || kX4>(xb, x_stride, staged[b], sums[1]);
                 }
                 if (b > 0) accumulate(b - 1);
             }
@@ -431,6 +466,7 @@ const WideTiles *amx_tiles() {
                                  q8_0_tiles<Block32::q5_0>,
                                  q8_0_tiles<Block32::q5_1>,
                                  q8_0_tiles<Block32::iq4_nl>,
+                                 k_tiles<kX4Block>,
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

@@ -502,6 +502,45 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     });
 }
 
+// IQ4_XS: per unit, the table's signed values through Q8_0's sign trick
+// (pairs up to 2 x 127 x 127, widened at once), the exact sum times the
+// unit's signed scale; per super-block d times the input's scale.
+template <int C, bool kStream>
+void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    TOY_SPLIT_COLUMNS(iq4_xs_tile, 4, nb, xq)
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlSigned.data())));
+    k_quant_blocks<C, kStream, kX4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
+        __m256i tot[C];
+        for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+            prefetch_part<kStream>(wb, kX4Block, 8 * h + j, 16);
+            __m256i s[C];
+            for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+            for (int k = 0; k < 4; ++k) {
+                const __m256i n = load(wb + kX4Qs + 256 * j + 64 * k + 32 * h);
+                const __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(n, lo4));
+                const __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4));
+                const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+                for (int c = 0; c < C; ++c) {
+                    const uint8_t *q = xb[c] + kKQs + 32 * j;
+                    s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(al, _mm256_sign_epi8(bcast4(q + 4 * k), wl)),
+                                                                   dot4(ah, _mm256_sign_epi8(bcast4(q + 16 + 4 * k), wh))));
+                    in_register(s[c]);
+                }
+            }
+            const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kX4Sc + 16 * j + 8 * h)));
+            for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_mullo_epi32(s[c], sc));
+        }
+        const __m256 dw = _mm256_cvtph_ps(load128(wb + kX4D + 16 * h));
+        for (int c = 0; c < C; ++c) {
+            float *yc = y + c * ldy + 8 * h;
+            const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
+            _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[c]), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
+        }
+    });
+}
+
 // Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
 template <int T>
 inline __m256i high_bits(__m256i h) {
@@ -582,7 +621,7 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
-                 kBf16Tiles = TOY_TILES(bf16_tile);
+                 kIq4xsTiles = TOY_TILES(iq4_xs_tile), kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
 
@@ -591,7 +630,7 @@ const KernelSet *avx2_kernels() {
     // faster than over ggml's layout and its prompts are no slower than
     // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
-    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kBf16Tiles, true, false, prepare, expand};
+    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kBf16Tiles, true, false, prepare, expand};
     return &set;
 }
 

@@ -231,6 +231,45 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
+// IQ4_XS: per unit, the exact sum of (t[q] + 128) x input from -128 x the
+// input's sum of 32 (so sum t[q] x), times the unit's signed scale; per
+// super-block Q8_0's float step with d and the input's scale.
+template <int C, bool kStream>
+void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    if constexpr (C > 4) {  // as Q4_K: 4 columns keep their sums in registers
+        iq4_xs_tile<4, kStream>(w, nb, xq, x_stride, y, ldy);
+        iq4_xs_tile<C - 4, false>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
+        return;
+    }
+    __m512 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, w += kX4Block) {
+        const uint8_t *xb[C];
+        for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
+        __m512i tot[C];
+        for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) {
+            prefetch_part<kStream>(w, kX4Block, j, 8);
+            __m512i v[8];
+            load_iq4_xs_unit(w, j, v);
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kX4Sc + 16 * j)));
+            for (int c = 0; c < C; ++c) {
+                int16_t sum32;
+                std::memcpy(&sum32, xb[c] + kKSum32 + 2 * j, sizeof sum32);
+                const __m512i s = dot_u8s8<8, (C <= 2)>(_mm512_set1_epi32(-128 * sum32), v, xb[c] + kKQs + 32 * j);
+                tot[c] = _mm512_add_epi32(tot[c], _mm512_mullo_epi32(s, sc));
+            }
+        }
+        const __m512 dw = load_f16x16(w + kX4D);
+        for (int c = 0; c < C; ++c) {
+            float dy;
+            std::memcpy(&dy, xb[c] + kKD, sizeof dy);
+            acc[c] = q8_0_step(acc[c], tot[c], dw, dy);
+        }
+    }
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
 template <int C, bool kStream>
 void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     __m512 acc[C];
@@ -297,7 +336,8 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ5KTiles = TOY_TILES_OF(q4_k_tile, kQ5Block), kQ6KTiles = TOY_TILES(q6_k_tile),
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
-                 kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl);
+                 kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
+                 kIq4xsTiles = TOY_TILES(iq4_xs_tile);
 
 }  // namespace
 }  // namespace toy::graph::packed
@@ -348,16 +388,16 @@ constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 }  // namespace
 
 const KernelSet *avx512_kernels(bool with_bf16) {
-    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, nullptr, true, false, prepare, expand},
-        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kBf16Tiles, true, true, prepare, expand};
+    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, nullptr, true, false, prepare, expand},
+        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kBf16Tiles, true, true, prepare, expand};
     return with_bf16 ? &bf16 : &plain;
 }
 
 const KernelSet *amx_kernels(bool with_bf16) {
     const WideTiles *wide = amx_tiles();
     if (!wide) return nullptr;
-    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, nullptr, true, false, prepare, expand, wide},
-        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kBf16Tiles, true, true, prepare, expand, wide};
+    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, nullptr, true, false, prepare, expand, wide},
+        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kBf16Tiles, true, true, prepare, expand, wide};
     return with_bf16 ? &bf16 : &plain;
 }
 

@@ -60,6 +60,14 @@ struct BlockQ5K {
     uint8_t qh[kQKK / 8];
     uint8_t qs[kQKK / 2];
 };
+// IQ4_XS: per 256 values d, 8 sub-block scales ls of 6 bits (low 4 in
+// scales_l, high 2 in scales_h), nibbles indexing ggml's table: d (ls - 32) t[q].
+struct BlockIQ4XS {
+    uint16_t d;  // fp16
+    uint16_t scales_h;
+    uint8_t scales_l[kQKK / 64];
+    uint8_t qs[kQKK / 2];
+};
 struct BlockQ6K {
     uint8_t ql[kQKK / 2];
     uint8_t qh[kQKK / 4];
@@ -72,6 +80,7 @@ static_assert(sizeof(BlockQ5_0) == 22, "ggml's block_q5_0 is 22 bytes");
 static_assert(sizeof(BlockQ5_1) == 24, "ggml's block_q5_1 is 24 bytes");
 static_assert(sizeof(BlockQ4K) == 144, "ggml's block_q4_K is 144 bytes");
 static_assert(sizeof(BlockQ5K) == 176, "ggml's block_q5_K is 176 bytes");
+static_assert(sizeof(BlockIQ4XS) == 136, "ggml's block_iq4_xs is 136 bytes");
 static_assert(sizeof(BlockQ6K) == 210, "ggml's block_q6_K is 210 bytes");
 static_assert(kGroupBlock == kRows * sizeof(BlockQ8_0), "the packed layout keeps Q8_0's size");
 static_assert(kQ6Block == kRows * sizeof(BlockQ6K), "the packed layout keeps Q6_K's size");
@@ -96,6 +105,7 @@ bool format_of(ggml_type type, Format *f) {
     case GGML_TYPE_F16: *f = {1, kRows * sizeof(uint16_t), GGML_TYPE_F16}; return true;
     case GGML_TYPE_Q4_K: *f = {kQKK, kQ4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q5_K: *f = {kQKK, kQ5Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_IQ4_XS: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_BF16: *f = {2, kRows * 2 * sizeof(uint16_t), GGML_TYPE_BF16}; return true;
     default: return false;
@@ -271,6 +281,22 @@ void pack_q4_k_group(const Block *in, int64_t nb, uint8_t *out) {
                 out[kQ4Min + 32 * (j / 2) + 2 * r + j % 2] = m;
                 put_nibbles(q + 32 * j, r, out + kQ4Qs + 256 * j);
                 if constexpr (kBlock == kQ5Block) put_fifth_bits(q + 32 * j, r, out + kQ5Qh + 64 * j);
+            }
+        }
+    }
+}
+
+void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
+    for (int64_t b = 0; b < nb; ++b, out += kX4Block) {
+        for (int r = 0; r < kRows; ++r) {
+            const BlockIQ4XS &blk = in[r * nb + b];
+            std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+            for (int j = 0; j < 8; ++j) {
+                const int ls = ((blk.scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((blk.scales_h >> (2 * j)) & 3) << 4;
+                out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+                uint8_t q[kQK];
+                for (int l = 0; l < kQK / 2; ++l) q[l] = blk.qs[16 * j + l] & 15, q[l + kQK / 2] = blk.qs[16 * j + l] >> 4;
+                put_nibbles(q, r, out + kX4Qs + 256 * j);
             }
         }
     }
@@ -547,6 +573,7 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
             break;
         case GGML_TYPE_Q4_K: pack_q4_k_group<BlockQ4K, kQ4Block>(reinterpret_cast<const BlockQ4K *>(s), depth, d); break;
         case GGML_TYPE_Q5_K: pack_q4_k_group<BlockQ5K, kQ5Block>(reinterpret_cast<const BlockQ5K *>(s), depth, d); break;
+        case GGML_TYPE_IQ4_XS: pack_iq4_xs_group(reinterpret_cast<const BlockIQ4XS *>(s), depth, d); break;
         case GGML_TYPE_BF16:
             pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;
