@@ -3,7 +3,9 @@
 // machine whose end-to-end numbers drift by 20% (BENCHMARKS.md, Zen 3).
 //
 //   toy_tile_bench TYPE N_IN N_OUT [COLUMNS] [MIB]
-//     TYPE     q8_0, q5_0, q5_1, q4_k, q5_k, q6_k or f16 (a matrix [N_IN, N_OUT] of random values)
+//     TYPE     a type the packed kernels take, by ggml's name in any case:
+//              q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k, iq4_xs,
+//              f16 (a matrix [N_IN, N_OUT] of random values)
 //     COLUMNS  input columns per product, 1-8 (1: decoding), or a
 //              multiple of 16 on the amx set (its AMX tiles)        [1]
 //     MIB      distinct copies of the matrix cycled through, at least this
@@ -32,6 +34,7 @@
 
 #include <ggml-cpu.h>
 #include <ggml.h>
+#include <strings.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -51,7 +54,7 @@ using namespace toy::graph;
 using namespace toy::graph::packed;
 
 [[noreturn]] void usage(const char *why) {
-    std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench q8_0|q5_0|q5_1|q4_k|q5_k|q6_k|f16 N_IN N_OUT [COLUMNS] [MIB]\n"
+    std::fprintf(stderr, "toy_tile_bench: %s\nusage: toy_tile_bench TYPE (q8_0, q4_k, f16, ...) N_IN N_OUT [COLUMNS] [MIB]\n"
                  "       toy_tile_bench attn CELLS N_HEAD_KV GROUP HEAD [THREADS] [MIB] [K_TYPE[:V_TYPE]]\n", why);
     std::exit(1);
 }
@@ -146,15 +149,17 @@ int main(int argc, char **argv) {
     if (argc > 1 && std::string_view(argv[1]) == "attn") return attention(argc, argv);
     if (argc < 4) usage("expected TYPE N_IN N_OUT");
     const std::string type_name = argv[1];
-    const ggml_type type = type_name == "q8_0"   ? GGML_TYPE_Q8_0
-                           : type_name == "q5_0" ? GGML_TYPE_Q5_0
-                           : type_name == "q5_1" ? GGML_TYPE_Q5_1
-                           : type_name == "q4_k" ? GGML_TYPE_Q4_K
-                           : type_name == "q5_k" ? GGML_TYPE_Q5_K
-                           : type_name == "q6_k" ? GGML_TYPE_Q6_K
-                           : type_name == "f16"  ? GGML_TYPE_F16
-                                                 : GGML_TYPE_COUNT;
-    if (type == GGML_TYPE_COUNT) usage(("TYPE: expected q8_0, q5_0, q5_1, q4_k, q5_k, q6_k or f16, found '" + type_name + "'").c_str());
+    const KernelSet *k = kernel_set();
+    if (!k) usage("this CPU runs no packed kernel set");
+    ggml_type type = GGML_TYPE_COUNT;
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const char *name = ggml_type_name(static_cast<ggml_type>(t));
+        if (name && strcasecmp(name, type_name.c_str()) == 0 && tiles_for(*k, static_cast<ggml_type>(t)) &&
+            static_cast<ggml_type>(t) != GGML_TYPE_BF16) {
+            type = static_cast<ggml_type>(t);
+        }
+    }
+    if (type == GGML_TYPE_COUNT) usage(("TYPE: expected a type the " + std::string(k->name) + " set takes (q8_0, q4_k, f16, ...), found '" + type_name + "'").c_str());
     const int64_t n_in = number(argv[2], "N_IN"), n_out = number(argv[3], "N_OUT");
     const int columns = argc > 4 ? (int)number(argv[4], "COLUMNS") : 1;
     const size_t mib = argc > 5 ? (size_t)number(argv[5], "MIB") : 64;
@@ -162,8 +167,6 @@ int main(int argc, char **argv) {
     if (n_in <= 0 || n_in % unit || n_out <= 0 || n_out % kRows) {
         usage(("N_IN must be a multiple of " + std::to_string(unit) + " and N_OUT of " + std::to_string(kRows)).c_str());
     }
-    const KernelSet *k = kernel_set();
-    if (!k) usage("this CPU runs no packed kernel set");
     // the set's wide tiles (AMX) for their column count
     const WideTileFn wide = k->wide && columns > 0 && columns % k->wide->cols == 0 ? wide_tiles_for(*k->wide, type) : nullptr;
     if (!wide && (columns < 1 || columns > k->max_cols)) {
