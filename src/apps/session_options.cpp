@@ -127,7 +127,7 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
     lora.add_to(app, "apply");
     app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
-    app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no AMX / repack / packed Q8_0 copies; least memory)");
+    app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no copies in ggml's AMX or repack layouts or toy's packed one; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (and gate and up): no fusing at load");
     app.add_option("--hugepages", hugepages,
                    fmt::format("transparent huge pages for copied weights, with the matrices that would stay mapped copied "
