@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <array>
-#include <type_traits>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace toy::graph::packed {
 
@@ -28,18 +28,18 @@ constexpr size_t kGroupBlock = kRows * 2 + kRows * kQK;
 // ggml's fp16-rounded scale x sum of the quants, as float.
 constexpr size_t kColBlock = kQK + 2 * sizeof(int32_t);
 
-// Q4_0, Q4_1, Q5_0 and Q5_1, per group and block: 16 fp16 scales d, (Q4_1,
-// Q5_1) 16 fp16 minimums m, then the quants q (value d (q - 8), d (q - 16),
-// or d q + m) as 4 vectors of nibbles, and for Q5_0 and Q5_1 one of fifth
-// bits (a Q5_K unit, below), decoded to Q8_0's 8 vectors of 16 rows x 4
-// (unsigned) as they load. Same sizes as the types' own blocks.
-// The blocks of 32 values the Q8_0-style tiles take: those, and Q5_1
-// expanded (q5_1x: its quants as 8 vectors of bytes after d and m).
-// Prompts decode a row group's nibble blocks once per panel of columns
-// (KernelSet::expand: Q4_0 and Q5_0 to Q8_0's layout, q - 8 + 128 and
-// q - 16 + 128; Q4_1 and Q5_1 to q5_1x) rather than once per pass of 8 columns.
-// IQ4_NL (d t[q]: the nibbles index ggml's table of 16 int8, kIq4nlValues)
-// keeps Q4_0's layout and decodes to t[q] + 128, Q8_0's form.
+// The blocks of 32 values the Q8_0-style tiles take (Block32). Q4_0, Q4_1,
+// Q5_0, Q5_1 and IQ4_NL (the nibble types), per group and block: 16 fp16
+// scales d, (Q4_1, Q5_1) 16 fp16 minimums m, then the quants q (value
+// d (q - 8), d q + m, d (q - 16), d q + m, d t[q]) as 4 vectors of nibbles,
+// and for Q5_0 and Q5_1 one of fifth bits (a Q5_K unit, below), decoded to
+// Q8_0's 8 vectors of 16 rows x 4 (unsigned; IQ4_NL's t[q] + 128, looked up
+// in ggml's table kIq4nlValues) as they load. Same sizes as the types' own
+// blocks. Prompts decode a row group's nibble blocks once per panel of
+// columns (KernelSet::expand: Q4_0, Q5_0 and IQ4_NL to Q8_0's layout,
+// q - 8 + 128, q - 16 + 128, t[q] + 128; Q4_1 and Q5_1 to q5_1x, their
+// quants as 8 vectors of bytes after d and m) rather than once per pass of
+// 8 columns.
 enum class Block32 { q8_0, q4_0, q4_1, q5_0, q5_1, q5_1x, iq4_nl };
 constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // the table + 128 (unsigned: what the tiles multiply), and as it is
@@ -239,8 +239,8 @@ struct KernelSet {
     // `nb` packed Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL blocks of a group at w expanded
     // to Q8_0's layout or q5_1x's at out (expanded_tiles_for's tiles take them)
     void (*expand)(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out);
-    // AMX tiles for prompts through Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (the "amx" set:
-    // AVX-512's plus these), or null
+    // AMX tiles for prompts through every type but F16 and BF16 (the "amx"
+    // set: AVX-512's plus these), or null
     const WideTiles *wide = nullptr;
 };
 
