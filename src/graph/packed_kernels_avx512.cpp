@@ -119,7 +119,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, w += kBlock) {
         prefetch_block<kStream>(w, kBlock);
-        const __m512 dw = load_f16x16(w);
+        const __m512 dw = load_f16x16(w), mw = has_min(kType) ? load_f16x16(w + kQ51M) : _mm512_setzero_ps();
         __m512i q[8];
         load_block32<kType>(w, q);
         for (int c = 0; c < C; ++c) {
@@ -130,7 +130,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             if constexpr (has_min(kType)) {
                 float sx;  // the Q8_1 input's scaled sum
                 std::memcpy(&sx, xb + kQK + 4, sizeof sx);
-                acc[c] = q5_1_step(acc[c], s, dw, dx, load_f16x16(w + kQ51M), sx);
+                acc[c] = q5_1_step(acc[c], s, dw, dx, mw, sx);
             } else {
                 acc[c] = q8_0_step(acc[c], s, dw, dx);
             }
