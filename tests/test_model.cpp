@@ -8,6 +8,7 @@
 #include "model/model.h"
 #include "runtime/session.h"
 #include "kernel_set_scope.h"
+#include "test_models.h"
 #include "test_util.h"
 
 #include <ggml-cpu.h>
@@ -419,15 +420,9 @@ TEST(Model, NibbleQuantMatricesRunToysKernelsAsGgmlsDo) {
                           Case{InitType::Q4_0, 256, GGML_TYPE_Q4_0}}) {
         const ggml_type wanted = k.wanted;
         SCOPED_TRACE(ggml_type_name(wanted));
-        InitOptions o = preset_options("custom", "llama");
+        InitOptions o = test::small_f32("llama", k.n_embd, 4, 2, 512, 2);
         o.type = k.type;
-        o.n_embd = k.n_embd;
-        o.n_layer = 2;
-        o.n_head = 4;
-        o.n_head_kv = 2;
-        o.n_ff = 512;
         o.n_vocab = 320;
-        o.n_ctx = 64;
         o.n_threads = 2;
         const std::string path = dir.file(std::string(ggml_type_name(wanted)) + ".gguf");
         init_model(o, path);

@@ -243,10 +243,16 @@ TEST(PackedMatmul, PreparedInputsAreGgmlsQuantization) {
         if (!scope.ok()) continue;
         const graph::packed::KernelSet *k = set == "avx2" ? graph::packed::avx2_kernels() : graph::packed::avx512_kernels(false);
         ASSERT_NE(k, nullptr);
+        // x prepared by the set (ours: our_bytes) and quantized by ggml (ref) for an input form
+        std::vector<uint8_t> ours, ref;
+        auto prepare_both = [&](ggml_type form, size_t our_bytes) {
+            ours.assign(our_bytes, 0);
+            ref.assign(ggml_row_size(form, n), 0);
+            k->prepare(form, x.data(), n, ours.data());
+            ggml_get_type_traits_cpu(form)->from_float(x.data(), ref.data(), n);
+        };
         // Q8_0: per block 32 int8, the fp16-rounded scale as float, -128 x the quants' sum
-        std::vector<uint8_t> ours(n / graph::packed::kQK * graph::packed::kColBlock), ref(ggml_row_size(GGML_TYPE_Q8_0, n));
-        k->prepare(GGML_TYPE_Q8_0, x.data(), n, ours.data());
-        ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float(x.data(), ref.data(), n);
+        prepare_both(GGML_TYPE_Q8_0, n / graph::packed::kQK * graph::packed::kColBlock);
         for (int64_t b = 0; b < n / 32; ++b) {
             const uint8_t *o = ours.data() + b * graph::packed::kColBlock, *r = ref.data() + b * ggml_type_size(GGML_TYPE_Q8_0);
             ggml_fp16_t d16;
@@ -261,10 +267,7 @@ TEST(PackedMatmul, PreparedInputsAreGgmlsQuantization) {
             ASSERT_EQ(bias, -128 * sum) << "Q8_0 block " << b;
         }
         // Q8_1: Q8_0's quants and scale, then ggml's fp16 scaled sum (block_q8_1: fp16 d, fp16 s, int8 qs[32])
-        ours.assign(n / graph::packed::kQK * graph::packed::kColBlock, 0);
-        ref.assign(ggml_row_size(GGML_TYPE_Q8_1, n), 0);
-        k->prepare(GGML_TYPE_Q8_1, x.data(), n, ours.data());
-        ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float(x.data(), ref.data(), n);
+        prepare_both(GGML_TYPE_Q8_1, n / graph::packed::kQK * graph::packed::kColBlock);
         for (int64_t b = 0; b < n / 32; ++b) {
             const uint8_t *o = ours.data() + b * graph::packed::kColBlock, *r = ref.data() + b * ggml_type_size(GGML_TYPE_Q8_1);
             ggml_fp16_t d16, s16;
@@ -278,10 +281,7 @@ TEST(PackedMatmul, PreparedInputsAreGgmlsQuantization) {
             ASSERT_EQ(s, ggml_fp16_to_fp32(s16)) << "Q8_1 block " << b;
         }
         // Q8_K: per 256 the int8 quants, their sums per 16 and per 32, the scale
-        ours.assign(n / graph::packed::kQKK * graph::packed::kKColBlock, 0);
-        ref.assign(ggml_row_size(GGML_TYPE_Q8_K, n), 0);
-        k->prepare(GGML_TYPE_Q8_K, x.data(), n, ours.data());
-        ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(x.data(), ref.data(), n);
+        prepare_both(GGML_TYPE_Q8_K, n / graph::packed::kQKK * graph::packed::kKColBlock);
         for (int64_t b = 0; b < n / 256; ++b) {
             const uint8_t *o = ours.data() + b * graph::packed::kKColBlock, *r = ref.data() + b * ggml_type_size(GGML_TYPE_Q8_K);
             float d_ours, d_ref;  // block_q8_K: float d, int8 qs[256], int16 bsums[16]

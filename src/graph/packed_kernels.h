@@ -68,24 +68,24 @@ constexpr int block32_expansion_offset(Block32 t) { return t == Block32::q4_0 ? 
 // bias shifted right by 4, exact), Q5_0's -16 x (by 3); the types with
 // minimums take none (their Q8_1 input has its scaled sum there instead).
 constexpr int block32_bias_shift(Block32 t) { return t == Block32::q4_0 ? 4 : t == Block32::q5_0 ? 3 : 0; }
-// f(std::integral_constant<Block32, t>) for the nibble type t of a ggml type
-// (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL); false for others.
-template <typename F>
-bool with_nibble_type(ggml_type type, F &&f) {
-    switch (type) {
-    case GGML_TYPE_Q4_0: f(std::integral_constant<Block32, Block32::q4_0>{}); return true;
-    case GGML_TYPE_Q4_1: f(std::integral_constant<Block32, Block32::q4_1>{}); return true;
-    case GGML_TYPE_Q5_0: f(std::integral_constant<Block32, Block32::q5_0>{}); return true;
-    case GGML_TYPE_Q5_1: f(std::integral_constant<Block32, Block32::q5_1>{}); return true;
-    case GGML_TYPE_IQ4_NL: f(std::integral_constant<Block32, Block32::iq4_nl>{}); return true;
-    default: return false;
-    }
-}
 // The Block32 of a ggml type (q8_0 for any type not listed).
 constexpr Block32 block32_of(ggml_type type) {
     return type == GGML_TYPE_Q4_0 ? Block32::q4_0 : type == GGML_TYPE_Q4_1 ? Block32::q4_1
          : type == GGML_TYPE_Q5_0 ? Block32::q5_0 : type == GGML_TYPE_Q5_1 ? Block32::q5_1
          : type == GGML_TYPE_IQ4_NL ? Block32::iq4_nl : Block32::q8_0;
+}
+// f(std::integral_constant<Block32, t>) for the nibble type t of a ggml type
+// (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL); false for others.
+template <typename F>
+bool with_nibble_type(ggml_type type, F &&f) {
+    switch (block32_of(type)) {
+    case Block32::q4_0: f(std::integral_constant<Block32, Block32::q4_0>{}); return true;
+    case Block32::q4_1: f(std::integral_constant<Block32, Block32::q4_1>{}); return true;
+    case Block32::q5_0: f(std::integral_constant<Block32, Block32::q5_0>{}); return true;
+    case Block32::q5_1: f(std::integral_constant<Block32, Block32::q5_1>{}); return true;
+    case Block32::iq4_nl: f(std::integral_constant<Block32, Block32::iq4_nl>{}); return true;
+    default: return false;
+    }
 }
 
 // One Q8_K-quantized input column (the input of Q4_K, Q5_K, Q6_K and IQ4_XS): per 256

@@ -256,18 +256,24 @@ inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo
     }
 }
 
-// Q4_K, or Q5_K (kBlock kQ5Block: the fifth bits after Q4_K's layout)
+// Q4_K, Q5_K (kBlock kQ5Block: the fifth bits after Q4_K's layout) or
+// IQ4_XS (kX4Block): units with one byte of scale per row. IQ4_XS's B holds
+// (t[q] + 128) x the signed scale (at most 241 x 32), its high byte signed
+// as Q6_K's; iq4_xs_accumulate takes 128 x scale x the input's sums per 32 back.
 template <size_t kBlock>
 void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
+    constexpr size_t kSc = kBlock == kX4Block ? kX4Sc : kQ4Sc;
     for (int64_t b = 0; b < nb; ++b, w += kBlock) {
         for (int j = 0; j < 8; ++j) {
             __m512i v[8];
             if constexpr (kBlock == kQ5Block) {
                 load_q5_k_unit(w, j, v);
+            } else if constexpr (kBlock == kX4Block) {
+                load_iq4_xs_unit(w, j, v);
             } else {
                 load_nibbles(w + kQ4Qs + 256 * j, v);
             }
-            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kQ4Sc + 16 * j)));
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kSc + 16 * j)));
             stage_unit(v, sc, sc, out[b].lo + 512 * j, out[b].hi + 512 * j);
         }
     }
@@ -283,20 +289,6 @@ void stage_q6_k(const uint8_t *w, int64_t nb, Staged *out) {
             const __m512i byte = _mm512_set1_epi32(0xFF);
             stage_unit(v, _mm512_and_si512(pr, byte), _mm512_and_si512(_mm512_srli_epi32(pr, 8), byte), out[b].lo + 512 * j,
                        out[b].hi + 512 * j);
-        }
-    }
-}
-
-// IQ4_XS: B holds (t[q] + 128) x the signed scale (at most 241 x 32), the
-// high byte signed as Q6_K's; iq4_xs_accumulate takes 128 x scale x the
-// input's sums per 32 back.
-void stage_iq4_xs(const uint8_t *w, int64_t nb, Staged *out) {
-    for (int64_t b = 0; b < nb; ++b, w += kX4Block) {
-        for (int j = 0; j < 8; ++j) {
-            __m512i v[8];
-            load_iq4_xs_unit(w, j, v);
-            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kX4Sc + 16 * j)));
-            stage_unit(v, sc, sc, out[b].lo + 512 * j, out[b].hi + 512 * j);
         }
     }
 }
@@ -401,8 +393,6 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
     for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
         if constexpr (kQ6) {
             stage_q6_k(w, nb, staged.data());
-        } else if constexpr (kX4) {
-            stage_iq4_xs(w, nb, staged.data());
         } else {
             stage_q4_k<kBlock>(w, nb, staged.data());
         }

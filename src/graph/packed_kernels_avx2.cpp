@@ -12,6 +12,7 @@
 #include "graph/simd_avx2.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <type_traits>
 
@@ -191,6 +192,26 @@ inline __m256i fifth_bit(__m256i h) {
     return _mm256_and_si256(_mm256_srli_epi16(h, K - 4), m);
 }
 
+// Vectors K (lo: inputs 4K..) and K + 4 (hi: 16 + 4K..) of half h of a unit
+// of nibbles at nib (Q4_K's, Q5_K's, IQ4_XS's; a nibble type's block), as
+// bytes: the quants, with (kFifth) the fifth bits of hb, the half's
+// fifth-bit vector.
+template <bool kFifth, int K>
+inline void unit_quants(const uint8_t *nib, int h, __m256i hb, __m256i &lo, __m256i &hi) {
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), n = load(nib + 64 * K + 32 * h);
+    lo = _mm256_and_si256(n, lo4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
+    if constexpr (kFifth) {
+        lo = _mm256_or_si256(lo, fifth_bit<K>(hb));
+        hi = _mm256_or_si256(hi, fifth_bit<K + 4>(hb));
+    }
+}
+
+// A 16-byte table (IQ4_NL's) in both 128-bit lanes, for VPSHUFB.
+inline __m256i table16(const std::array<uint8_t, 16> &t) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(t.data())));
+}
+
 // Q8_0 (signed through the sign trick, whose |w| <= 128 pairs cannot
 // saturate), or any other Block32 (kType: 4- and 5-bit quants decoded from
 // their nibbles and fifth bits, unsigned, so VPMADDUBSW pairs of at most
@@ -205,7 +226,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         return;
     }
     constexpr size_t kBlock = block32_bytes(kType), kQs = block32_quants(kType);
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), lo4 = _mm256_set1_epi8(0x0F);
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     __m256 acc[2][C];
     for (int h = 0; h < 2; ++h)
         for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
@@ -236,15 +257,11 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             const __m256i hb = has_fifth(kType) ? load(wb + block32_bits(kType) + 32 * h) : _mm256_setzero_si256();
             auto step = [&](auto kk) TOY_INLINE {  // inputs 4k.. (low nibbles) and 16 + 4k.. (high)
                 constexpr int k = decltype(kk)::value;
-                const __m256i n = load(wb + kQs + 64 * k + 32 * h);
-                __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
-                if constexpr (has_fifth(kType)) {
-                    lo = _mm256_or_si256(lo, fifth_bit<k>(hb));
-                    hi = _mm256_or_si256(hi, fifth_bit<k + 4>(hb));
-                }
+                __m256i lo, hi;
+                unit_quants<has_fifth(kType), k>(wb + kQs, h, hb, lo, hi);
                 if constexpr (kType == Block32::iq4_nl) {
                     // the table's signed values, through Q8_0's sign trick (pairs up to 2 x 127 x 127)
-                    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlSigned.data())));
+                    const __m256i table = table16(kIq4nlSigned);
                     const __m256i wl = _mm256_shuffle_epi8(table, lo), wh = _mm256_shuffle_epi8(table, hi);
                     const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
                     for (int c = 0; c < C; ++c) {
@@ -293,7 +310,7 @@ void q8_0_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 template <Block32 kType>
 void expand_blocks(const uint8_t *w, int64_t nb, uint8_t *out) {
     constexpr Block32 kTo = block32_expansion(kType);
-    const __m256i lo4 = _mm256_set1_epi8(0x0F), offset = _mm256_set1_epi8(static_cast<char>(block32_expansion_offset(kType)));
+    const __m256i offset = _mm256_set1_epi8(static_cast<char>(block32_expansion_offset(kType)));
     for (int64_t b = 0; b < nb; ++b, w += block32_bytes(kType), out += block32_bytes(kTo)) {
         std::memcpy(out, w, block32_quants(kType));  // d, and the minimums
         const uint8_t *nib = w + block32_quants(kType);
@@ -302,14 +319,10 @@ void expand_blocks(const uint8_t *w, int64_t nb, uint8_t *out) {
             const __m256i hb = has_fifth(kType) ? load(w + block32_bits(kType) + 32 * h) : _mm256_setzero_si256();
             auto put = [&](auto kk) TOY_INLINE {
                 constexpr int k = decltype(kk)::value;
-                const __m256i n = load(nib + 64 * k + 32 * h);
-                __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
-                if constexpr (has_fifth(kType)) {
-                    lo = _mm256_or_si256(lo, fifth_bit<k>(hb));
-                    hi = _mm256_or_si256(hi, fifth_bit<k + 4>(hb));
-                }
+                __m256i lo, hi;
+                unit_quants<has_fifth(kType), k>(nib, h, hb, lo, hi);
                 if constexpr (kType == Block32::iq4_nl) {  // t[q] + 128, Q8_0's form
-                    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlBiased.data())));
+                    const __m256i table = table16(kIq4nlBiased);
                     lo = _mm256_shuffle_epi8(table, lo), hi = _mm256_shuffle_epi8(table, hi);
                 }
                 _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * k + 32 * h), _mm256_add_epi8(lo, offset));
@@ -442,7 +455,6 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
         return;
     }
     constexpr bool kQ5 = kBlock == kQ5Block;
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
     k_quant_blocks<C, kStream, kBlock>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
@@ -463,12 +475,8 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
                 for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
                 auto step = [&](auto kk) TOY_INLINE {
                     constexpr int k = decltype(kk)::value;
-                    const __m256i n = load(wb + kQ4Qs + 256 * j + 64 * k + 32 * h);
-                    __m256i lo = _mm256_and_si256(n, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
-                    if constexpr (kQ5) {
-                        lo = _mm256_or_si256(lo, fifth_bit<k>(hb));
-                        hi = _mm256_or_si256(hi, fifth_bit<k + 4>(hb));
-                    }
+                    __m256i lo, hi;
+                    unit_quants<kQ5, k>(wb + kQ4Qs + 256 * j, h, hb, lo, hi);
                     for (int c = 0; c < C; ++c) {
                         const uint8_t *q = xb[c] + kKQs + 32 * j;
                         s[c] = _mm256_add_epi16(s[c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q + 4 * k)),
@@ -508,8 +516,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 template <int C, bool kStream>
 void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     TOY_SPLIT_COLUMNS(iq4_xs_tile, 4, nb, xq)
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlSigned.data())));
+    const __m256i table = table16(kIq4nlSigned);
     k_quant_blocks<C, kStream, kX4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
@@ -517,10 +524,11 @@ void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_strid
             prefetch_part<kStream>(wb, kX4Block, 8 * h + j, 16);
             __m256i s[C];
             for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
-            for (int k = 0; k < 4; ++k) {
-                const __m256i n = load(wb + kX4Qs + 256 * j + 64 * k + 32 * h);
-                const __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(n, lo4));
-                const __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4));
+            auto step = [&](auto kk) TOY_INLINE {
+                constexpr int k = decltype(kk)::value;
+                __m256i lo, hi;
+                unit_quants<false, k>(wb + kX4Qs + 256 * j, h, _mm256_setzero_si256(), lo, hi);
+                const __m256i wl = _mm256_shuffle_epi8(table, lo), wh = _mm256_shuffle_epi8(table, hi);
                 const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
                 for (int c = 0; c < C; ++c) {
                     const uint8_t *q = xb[c] + kKQs + 32 * j;
@@ -528,7 +536,11 @@ void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_strid
                                                                    dot4(ah, _mm256_sign_epi8(bcast4(q + 16 + 4 * k), wh))));
                     in_register(s[c]);
                 }
-            }
+            };
+            step(std::integral_constant<int, 0>{});
+            step(std::integral_constant<int, 1>{});
+            step(std::integral_constant<int, 2>{});
+            step(std::integral_constant<int, 3>{});
             const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kX4Sc + 16 * j + 8 * h)));
             for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_mullo_epi32(s[c], sc));
         }

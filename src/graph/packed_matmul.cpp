@@ -181,6 +181,12 @@ uint64_t five_bit_quants(const uint8_t *qh, const uint8_t *qs, int part) {
     return nibs | fifth * 0x10;
 }
 
+// The 32 4-bit quants of 16 bytes in ggml's order for 32 values (value j in
+// byte j's low nibble, j + 16 in its high one), as bytes.
+void split_nibbles(const uint8_t *qs, uint8_t *q) {
+    for (int j = 0; j < kQK / 2; ++j) q[j] = qs[j] & 15, q[j + kQK / 2] = qs[j] >> 4;
+}
+
 // A Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL block's quants q in order, as bytes.
 template <typename Block>
 void block_quants(const Block &b, uint8_t *q) {
@@ -190,7 +196,7 @@ void block_quants(const Block &b, uint8_t *q) {
             std::memcpy(q + 8 * part, &bytes, sizeof bytes);
         }
     } else {
-        for (int j = 0; j < kQK / 2; ++j) q[j] = b.qs[j] & 15, q[j + kQK / 2] = b.qs[j] >> 4;
+        split_nibbles(b.qs, q);
     }
 }
 
@@ -295,7 +301,7 @@ void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
                 const int ls = ((blk.scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((blk.scales_h >> (2 * j)) & 3) << 4;
                 out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
                 uint8_t q[kQK];
-                for (int l = 0; l < kQK / 2; ++l) q[l] = blk.qs[16 * j + l] & 15, q[l + kQK / 2] = blk.qs[16 * j + l] >> 4;
+                split_nibbles(blk.qs + 16 * j, q);
                 put_nibbles(q, r, out + kX4Qs + 256 * j);
             }
         }
@@ -469,9 +475,10 @@ void matmul_kernel(ggml_tensor *dst, int ith, int nth, void *) {
     // for kWideGroups groups at a time (whose weights stay in L2 meanwhile),
     // the rest through the set's tiles.
     constexpr int64_t kWideGroups = 8;
-    // Q5_0 and Q5_1 in passes of columns (prompts): each group's blocks
-    // decoded once per panel into a layout the tiles read as they are
-    // (KernelSet::expand), not once per pass of 8 columns
+    // The nibble types (Q4_0 to Q5_1, IQ4_NL) in passes of columns
+    // (prompts): each group's blocks decoded once per panel into a layout
+    // the tiles read as they are (KernelSet::expand), not once per pass of
+    // 8 columns
     const TileFn *expanded = fns == tiles->reuse && expanded_tiles_for(k, w->type) ? expanded_tiles_for(k, w->type)->reuse : nullptr;
     share_work(dst, n_out / kRows, ith, nth, [&](int64_t g0, int64_t g1) {
         thread_local std::vector<uint8_t> expansion;
