@@ -6,6 +6,7 @@
 #include "gguf/gguf_writer.h"
 #include "model/init.h"
 #include "model/model.h"
+#include "quant/quantize.h"
 #include "runtime/session.h"
 #include "kernel_set_scope.h"
 #include "test_models.h"
@@ -400,24 +401,27 @@ TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
 }
 
 // Q5_K matrices (and those llama-quantize writes as Q5_1 where rows are not
-// whole super-blocks) and Q4_0 ones run toy's packed kernels (not ggml's AMX
-// or repack buffers), on every kernel set the CPU runs, with ggml's results
-// up to float summation order: a Q5_K model of rows of 256, one of rows of
-// 320 (Q5_1), a Q4_0 one. Each product's input is quantized (a step
+// whole super-blocks), Q4_0, Q3_K and Q2_K ones run toy's packed kernels (not
+// ggml's AMX, repack buffers or vec_dot), on every kernel set the CPU runs,
+// with ggml's results up to float summation order: a Q5_K model of rows of
+// 256, one of rows of 320 (Q5_1), a Q4_0 one, and pure Q3_K and Q2_K ones
+// (toy quantize --pure of an F32 model). Each product's input is quantized (a step
 // function), so a last-bit difference upstream can move an input by a step
 // and the logits by 1e-3 (4.5e-3 here on the Q5_K model: from the first
 // block's residual sum, 1e-7 apart, on); a wrong bit in a kernel moves them
 // by far more.
-TEST(Model, NibbleQuantMatricesRunToysKernelsAsGgmlsDo) {
+TEST(Model, LowBitMatricesRunToysKernelsAsGgmlsDo) {
     if (std::string_view(graph::packed_kernels_name()) == "none") GTEST_SKIP() << "toy's packed kernels are off";
     test::TempDir dir;
     struct Case {
         InitType type;
         int64_t n_embd;
         ggml_type wanted;
+        const char *quantize = nullptr;  // a toy quantize --pure type for an F32 model
     };
     for (const Case &k : {Case{InitType::Q5_K, 256, GGML_TYPE_Q5_K}, Case{InitType::Q5_K, 320, GGML_TYPE_Q5_1},
-                          Case{InitType::Q4_0, 256, GGML_TYPE_Q4_0}}) {
+                          Case{InitType::Q4_0, 256, GGML_TYPE_Q4_0}, Case{InitType::F32, 256, GGML_TYPE_Q3_K, "Q3_K_S"},
+                          Case{InitType::F32, 256, GGML_TYPE_Q2_K, "Q2_K"}}) {
         const ggml_type wanted = k.wanted;
         SCOPED_TRACE(ggml_type_name(wanted));
         InitOptions o = test::small_f32("llama", k.n_embd, 4, 2, 512, 2);
@@ -425,7 +429,17 @@ TEST(Model, NibbleQuantMatricesRunToysKernelsAsGgmlsDo) {
         o.n_vocab = 320;
         o.n_threads = 2;
         const std::string path = dir.file(std::string(ggml_type_name(wanted)) + ".gguf");
-        init_model(o, path);
+        if (k.quantize) {
+            const std::string f32 = dir.file("f32.gguf");
+            init_model(o, f32);
+            quant::QuantizeOptions q;
+            q.type = k.quantize;
+            q.pure = true;
+            q.n_threads = 2;
+            quant::quantize_model(f32, path, q);
+        } else {
+            init_model(o, path);
+        }
         auto packed = Model::load(path);
         LoadOptions plain_opts;
         plain_opts.repack = false;

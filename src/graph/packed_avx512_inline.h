@@ -104,6 +104,40 @@ inline void load_q6_k_unit(const uint8_t *w, int j, __m512i *v) {
     v[7] = _mm512_or_si512(v[7], high_bits<3>(h1));
 }
 
+// Bits 2t..2t+1 of every byte of p moved to bits 0..1 (the rest cleared).
+template <int T>
+inline __m512i low_bits(__m512i p) {
+    return _mm512_and_si512(T == 0 ? p : _mm512_srli_epi16(p, 2 * T), _mm512_set1_epi8(3));
+}
+
+// v with bit K of every byte of h as its bit 2.
+template <int K>
+inline __m512i with_third_bit(__m512i v, __m512i h) {
+    const __m512i moved = K < 2 ? _mm512_slli_epi16(h, 2 - K) : K == 2 ? h : _mm512_srli_epi16(h, K - 2);
+    return _mm512_ternarylogic_epi32(v, moved, _mm512_set1_epi8(4), 0xF8);  // v | (moved & bit 2)
+}
+
+// The 8 vectors of a K16 type's unit j (32 inputs) of the super-block at w:
+// its quants as bytes (Q6_K's stored + 32, Q3_K's + 4), inputs 4k.. in v[k].
+template <K16 kType>
+inline void load_k16_unit(const uint8_t *w, int j, __m512i *v) {
+    if constexpr (kType == K16::q6_k) {
+        load_q6_k_unit(w, j, v);
+    } else {
+        const uint8_t *planes = w + (kType == K16::q3_k ? kQ3Ql : kQ2Qs) + 128 * j;
+        const __m512i p0 = _mm512_loadu_si512(planes), p1 = _mm512_loadu_si512(planes + 64);
+        v[0] = low_bits<0>(p0), v[1] = low_bits<1>(p0), v[2] = low_bits<2>(p0), v[3] = low_bits<3>(p0);
+        v[4] = low_bits<0>(p1), v[5] = low_bits<1>(p1), v[6] = low_bits<2>(p1), v[7] = low_bits<3>(p1);
+        if constexpr (kType == K16::q3_k) {
+            const __m512i h = _mm512_loadu_si512(w + kQ3Qh + 64 * j);
+            v[0] = with_third_bit<0>(v[0], h), v[1] = with_third_bit<1>(v[1], h);
+            v[2] = with_third_bit<2>(v[2], h), v[3] = with_third_bit<3>(v[3], h);
+            v[4] = with_third_bit<4>(v[4], h), v[5] = with_third_bit<5>(v[5], h);
+            v[6] = with_third_bit<6>(v[6], h), v[7] = with_third_bit<7>(v[7], h);
+        }
+    }
+}
+
 // 16 fp16 values at p as float32.
 inline __m512 load_f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
 
@@ -143,15 +177,26 @@ inline __m512 q4_k_step(__m512 acc, __m512i tot, __m512i summ, __m512 dw, __m512
     return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dm, dyv), acc);
 }
 
-// Q6_K, the scales of unit j's two sub-blocks of 16 as sign-extended int16 pairs per row.
-inline __m512i load_q6_k_scale_pairs(const uint8_t *w, int j) {
-    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
+// A K16 type, the scales of unit j's two sub-blocks of 16 as int16 pairs per
+// row (sign-extended; Q2_K's low nibbles), or with kCorrection what
+// multiplies the input's sums per 16 (k16_step): Q2_K's mins (its high
+// nibbles), the others' scales again.
+template <K16 kType, bool kCorrection = false>
+inline __m512i load_k16_scale_pairs(const uint8_t *w, int j) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + (kType == K16::q2_k ? kQ2Sc : kQ6Sc) + 32 * j));
+    if constexpr (kType != K16::q2_k) return _mm512_cvtepi8_epi16(bytes);
+    const __m512i pairs = _mm512_cvtepu8_epi16(bytes);
+    return kCorrection ? _mm512_srli_epi16(pairs, 4) : _mm512_and_si512(pairs, _mm512_set1_epi16(15));
 }
 
-// Q6_K, per super-block: the quants are stored + 32, so 32 x (sum of scale x
-// sum of 16 inputs) = corr << 5 comes off the scaled sums (tot).
-inline __m512 q6_k_step(__m512 acc, __m512i tot, __m512i corr, __m512 dw, float dy) {
-    const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(corr, 5));
+// Q6_K and Q3_K, per super-block: the quants are stored + 32 (+ 4), so 32
+// (4) x (sum of scale x sum of 16 inputs) = corr << 5 (<< 2) comes off the
+// scaled sums (tot). Q2_K takes Q4_K's step (corr: mins x sums of 16).
+template <K16 kType>
+inline __m512 k16_step(__m512 acc, __m512i tot, __m512i corr, const uint8_t *w, float dy) {
+    const __m512 dw = load_f16x16(w + kQ6D);  // where all three keep d
+    if constexpr (kType == K16::q2_k) return q4_k_step(acc, tot, corr, dw, load_f16x16(w + kQ2Dmin), dy);
+    const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(corr, kType == K16::q6_k ? 5 : 2));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dy)), acc);
 }
 

@@ -88,7 +88,7 @@ bool with_nibble_type(ggml_type type, F &&f) {
     }
 }
 
-// One Q8_K-quantized input column (the input of Q4_K, Q5_K, Q6_K and IQ4_XS): per 256
+// One Q8_K-quantized input column (the input of the K-quants and IQ4_XS): per 256
 // values, the int8 quants, their sums per 16 and per 32 (int16), the scale.
 constexpr size_t kKQs = 0, kKSum16 = 256, kKSum32 = 288, kKD = 304, kKColBlock = 308;
 
@@ -106,6 +106,20 @@ constexpr size_t kQ5Qh = kQ4Block, kQ5Block = kQ4Block + 8 * 64;
 // per row (32 bytes per 32 inputs), the low 4 bits as Q4_K's, then per 32
 // inputs two planes of the high 2 bits (plane h, bits 2t: inputs 16h + 4t..).
 constexpr size_t kQ6D = 0, kQ6Sc = 32, kQ6Ql = 288, kQ6Qh = 2336, kQ6Block = 3360;
+// Q3_K, per group and super-block: 16 fp16 d, the 16 scales sc - 32 as
+// Q6_K's, then per 32 inputs two planes of the quants' low 2 bits (as Q6_K's
+// high bits: plane h, bits 2t: inputs 16h + 4t..), and after them per 32
+// inputs one vector of the third bits (as Q5_K's fifth bits): q = low + 4 x
+// third, value d (sc - 32) (q - 4). 64 bytes (3.6%) above Q3_K's 1760: the
+// scales as bytes. Q2_K: 16 fp16 d, 16 fp16 dmin, per 32 inputs the two
+// sub-blocks' bytes (scale | min << 4, as Q2_K has them) as pairs per row,
+// then Q3_K's planes of 2-bit quants: value d scale q - dmin min; Q2_K's size.
+// Q6_K, Q3_K and Q2_K (K16 below) have 16 sub-blocks of 16 inputs.
+constexpr size_t kQ3D = 0, kQ3Sc = kQ6Sc, kQ3Ql = 288, kQ3Qh = 1312, kQ3Block = 1824;
+constexpr size_t kQ2D = 0, kQ2Dmin = 32, kQ2Sc = 64, kQ2Qs = 320, kQ2Block = 1344;
+enum class K16 { q6_k, q3_k, q2_k };
+static_assert(kQ3D == kQ6D && kQ2D == kQ6D, "the K16 types keep d in one place");
+constexpr size_t k16_block(K16 t) { return t == K16::q6_k ? kQ6Block : t == K16::q3_k ? kQ3Block : kQ2Block; }
 // IQ4_XS, per group and super-block: 16 fp16 d, the 8 sub-block scales
 // ls - 32 as signed bytes (16 per sub-block), then per sub-block Q4_K's 4
 // vectors of nibbles, which index ggml's table (kIq4nlValues). 1.5% larger.
@@ -221,7 +235,7 @@ using WideTileFn = void (*)(const uint8_t *w, size_t group_bytes, int64_t groups
 // configure a thread once and expect it to stay).
 struct WideTiles {
     int cols;
-    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs;
+    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q3_k, q2_k;
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -230,7 +244,7 @@ struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
-    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *iq4_xs, *bf16;
+    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *iq4_xs, *q3_k, *q2_k, *bf16;
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
@@ -258,6 +272,8 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_Q5_1: return k.q5_1;
     case GGML_TYPE_IQ4_NL: return k.iq4_nl;
     case GGML_TYPE_IQ4_XS: return k.iq4_xs;
+    case GGML_TYPE_Q3_K: return k.q3_k;
+    case GGML_TYPE_Q2_K: return k.q2_k;
     case GGML_TYPE_BF16: return k.bf16;
     default: return nullptr;
     }
@@ -287,6 +303,8 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     case GGML_TYPE_Q5_1: return wide.q5_1;
     case GGML_TYPE_IQ4_NL: return wide.iq4_nl;
     case GGML_TYPE_IQ4_XS: return wide.iq4_xs;
+    case GGML_TYPE_Q3_K: return wide.q3_k;
+    case GGML_TYPE_Q2_K: return wide.q2_k;
     default: return nullptr;
     }
 }

@@ -217,12 +217,13 @@ void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb
     }
 }
 
-// ---- Q4_K, Q5_K and Q6_K ----
+// ---- the K-quants and IQ4_XS ----
 //
 // Their sub-block scales are small integers, so each is folded into the
 // weights before the product: B holds quant x scale (at most 15 x 63 for
-// Q4_K, 31 x 63 for Q5_K, 63 x -128..127 for Q6_K: 16 bits) as a low byte
-// (unsigned) and a high byte (unsigned for Q4_K and Q5_K, signed for Q6_K) in two tiles, and a
+// Q4_K, 31 x 63 for Q5_K, 63 x -128..127 for Q6_K, 7 x -32..31 for Q3_K,
+// 3 x 15 for Q2_K: 16 bits) as a low byte (unsigned) and a high byte
+// (unsigned for Q4_K and Q5_K, signed for the others) in two tiles, and a
 // super-block's 256 inputs sum up in their two C tiles, low + 256 x high:
 // the same exact integer sum of quant x scale x input the AVX-512 tiles
 // form, then the same float steps. The staged B of a group (per super-block
@@ -279,22 +280,26 @@ void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
     }
 }
 
-void stage_q6_k(const uint8_t *w, int64_t nb, Staged *out) {
-    for (int64_t b = 0; b < nb; ++b, w += kQ6Block) {
+// Q6_K, Q3_K or Q2_K: units with a byte of scale per row and sub-block of 16.
+template <K16 kType>
+void stage_k16(const uint8_t *w, int64_t nb, Staged *out) {
+    constexpr size_t kSc = kType == K16::q2_k ? kQ2Sc : kQ6Sc;
+    // Q2_K's byte holds its scale in the low nibble, its min in the high one
+    const __m512i scale = _mm512_set1_epi32(kType == K16::q2_k ? 0x0F : 0xFF);
+    for (int64_t b = 0; b < nb; ++b, w += k16_block(kType)) {
         for (int j = 0; j < 8; ++j) {
             __m512i v[8];
-            load_q6_k_unit(w, j, v);
+            load_k16_unit<kType>(w, j, v);
             // per row, the scales of the unit's inputs 0-15 and 16-31 (bytes)
-            const __m512i pr = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kQ6Sc + 32 * j)));
-            const __m512i byte = _mm512_set1_epi32(0xFF);
-            stage_unit(v, _mm512_and_si512(pr, byte), _mm512_and_si512(_mm512_srli_epi32(pr, 8), byte), out[b].lo + 512 * j,
+            const __m512i pr = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + kSc + 32 * j)));
+            stage_unit(v, _mm512_and_si512(pr, scale), _mm512_and_si512(_mm512_srli_epi32(pr, 8), scale), out[b].lo + 512 * j,
                        out[b].hi + 512 * j);
         }
     }
 }
 
 // Per super-block, 16 columns' scales and their sums per 32 (Q4_K's mins,
-// as int16 pairs) or per 16 (Q6_K's offset) as stored in the prepared column.
+// as int16 pairs) or per 16 (the K16 types' offsets or mins) as stored in the prepared column.
 struct KColumns {
     float d[16];
     uint32_t sums[8][16];
@@ -317,15 +322,15 @@ inline void q4_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const u
     }
 }
 
-// Super-block b's sums into the accumulators, as the AVX-512 Q6_K tile does.
-inline void q6_k_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
-    const __m512 dw = load_f16x16(w + kQ6D);
+// Super-block b's sums into the accumulators, as the AVX-512 K16 tiles do.
+template <K16 kType>
+inline void k16_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
     __m512i pr[8];
-    for (int j = 0; j < 8; ++j) pr[j] = load_q6_k_scale_pairs(w, j);
+    for (int j = 0; j < 8; ++j) pr[j] = load_k16_scale_pairs<kType, true>(w, j);
     for (int m = 0; m < 16; ++m) {
         __m512i corr = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) corr = _mm512_dpwssd_epi32(corr, pr[j], _mm512_set1_epi32(static_cast<int32_t>(x.sums[j][m])));
-        acc[m] = q6_k_step(acc[m], k_total(lo, hi, m), corr, dw, x.d[m]);
+        acc[m] = k16_step<kType>(acc[m], k_total(lo, hi, m), corr, w, x.d[m]);
     }
 }
 
@@ -357,19 +362,21 @@ inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (
         tile_load<1>(st.lo + 1024 * p, 64);
         tile_load<4>(st.hi + 1024 * p, 64);
         tile_dot<kLo, 0, 1>();
-        tile_dot<kHi, 0, 4, kSignedHigh>();  // Q6_K's and IQ4_XS's high bytes are signed
+        tile_dot<kHi, 0, 4, kSignedHigh>();  // the K16 types' and IQ4_XS's high bytes are signed
     }
     tile_store<kLo>(out[0]);
     tile_store<kHi>(out[1]);
 }
 
-// y for `groups` groups of Q4_K, Q5_K, Q6_K or IQ4_XS (super-blocks of
+// y for `groups` groups of a K-quant or IQ4_XS (super-blocks of
 // kBlock bytes) and `cols` columns (a multiple of 16) of Q8_K-prepared input.
 template <size_t kBlock>
 void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
              int64_t cols, float *y, int64_t ldy) {
     load_config(kKConfig);
-    constexpr bool kQ6 = kBlock == kQ6Block, kX4 = kBlock == kX4Block;
+    // the K16 types (sums per 16) by their block sizes, which differ from the others'
+    constexpr bool kK16 = kBlock == kQ6Block || kBlock == kQ3Block || kBlock == kQ2Block, kX4 = kBlock == kX4Block;
+    constexpr K16 kType = kBlock == kQ6Block ? K16::q6_k : kBlock == kQ3Block ? K16::q3_k : K16::q2_k;
     const int64_t sets = cols / 16;
     const size_t block = kBlock;
     thread_local std::vector<KColumns> columns;
@@ -383,16 +390,16 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
                 const uint8_t *xb = xq + (16 * s + m) * x_stride + b * kKColBlock;
                 std::memcpy(&c.d[m], xb + kKD, sizeof(float));
                 for (int p = 0; p < 8; ++p) {
-                    // Q4_K: int16 pairs of sums per 32 (4 of them); Q6_K: pairs per 16 (8)
-                    if (kQ6 || p < 4) std::memcpy(&c.sums[p][m], xb + (kQ6 ? kKSum16 : kKSum32) + 4 * p, 4);
+                    // Q4_K: int16 pairs of sums per 32 (4 of them); the K16 types: pairs per 16 (8)
+                    if (kK16 || p < 4) std::memcpy(&c.sums[p][m], xb + (kK16 ? kKSum16 : kKSum32) + 4 * p, 4);
                 }
             }
         }
     }
     Sums sums[2][2];  // [super-block parity][low, high]
     for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
-        if constexpr (kQ6) {
-            stage_q6_k(w, nb, staged.data());
+        if constexpr (kK16) {
+            stage_k16<kType>(w, nb, staged.data());
         } else {
             stage_q4_k<kBlock>(w, nb, staged.data());
         }
@@ -403,8 +410,8 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
             __m512 acc[16];
             for (auto &a : acc) a = _mm512_setzero_ps();
             auto accumulate = [&](int64_t b) {
-                if constexpr (kQ6) {
-                    q6_k_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
+                if constexpr (kK16) {
+                    k16_accumulate<kType>(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else if constexpr (kX4) {
                     iq4_xs_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else {
@@ -414,9 +421,9 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *xb = xs + b * kKColBlock + kKQs;
                 if (b % 2 == 0) {
-                    k_block<2, 3, kQ6 || kX4>(xb, x_stride, staged[b], sums[0]);
+                    k_block<2, 3, kK16 || kX4>(xb, x_stride, staged[b], sums[0]);
                 } else {
-                    k_block<5, 6, kQ6 || kX4>(xb, x_stride, staged[b], sums[1]);
+                    k_block<5, 6, kK16 || kX4>(xb, x_stride, staged[b], sums[1]);
                 }
                 if (b > 0) accumulate(b - 1);
             }
@@ -457,6 +464,8 @@ const WideTiles *amx_tiles() {
                                  q8_0_tiles<Block32::q5_1>,
                                  q8_0_tiles<Block32::iq4_nl>,
                                  k_tiles<kX4Block>,
+                                 k_tiles<kQ3Block>,
+                                 k_tiles<kQ2Block>,
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

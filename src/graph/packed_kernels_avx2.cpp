@@ -131,7 +131,7 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 // (the columns' inputs stay in L1).
 // The half reaches the body as a constant, so arrays indexed by it stay in
 // registers; the bodies are inlined (TOY_INLINE: GCC 12 otherwise kept
-// q6_k_tile<2>'s as calls).
+// k16_tile<2>'s as calls).
 #define TOY_INLINE __attribute__((always_inline))
 // A loop over a register array unrolled first, so GCC keeps the array in
 // registers (f16_tile<2> and <3> stored their sums every input without it).
@@ -563,27 +563,70 @@ inline __m256i high_bits(__m256i h) {
     return _mm256_and_si256(_mm256_srli_epi16(h, 2), m);
 }
 
-template <int K>
-inline __m256i q6_vector(__m256i bits, __m256i h) {
-    return _mm256_or_si256(bits, high_bits<K>(h));
+// Bits 2t..2t+1 of every byte of p moved to bits 0..1 (the rest cleared).
+template <int T>
+inline __m256i low_bits(__m256i p) {
+    return _mm256_and_si256(T == 0 ? p : _mm256_srli_epi16(p, 2 * T), _mm256_set1_epi8(3));
 }
 
-// Four columns per pass. A 6-bit quant (stored + 32, below 64) times an int8
-// input gives VPMADDUBSW pairs of at most 16002: two of them add up in int16,
-// and VPMADDWD against the sub-block's scale (in both halves of the row's
-// lane) widens and scales them at once, no VPMULLD.
-template <int C, bool kStream>
-void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(q6_k_tile, 4, nb, xq)
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
-    k_quant_blocks<C, kStream, kQ6Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
+// Bit K of every byte of h moved to bit 2 (the rest cleared): Q3_K's third bit.
+template <int K>
+inline __m256i third_bit(__m256i h) {
+    const __m256i moved = K < 2 ? _mm256_slli_epi16(h, 2 - K) : K == 2 ? h : _mm256_srli_epi16(h, K - 2);
+    return _mm256_and_si256(moved, _mm256_set1_epi8(4));
+}
+
+// A K16 type's quants of inputs 4K.. (a) and 16 + 4K.. (b) of unit j's half
+// h, from its bit planes p0 and p1 (Q6_K's high bits, the others' low bits)
+// and Q3_K's third bits t.
+template <K16 kType, int K>
+TOY_INLINE inline void k16_vectors(const uint8_t *wb, int j, int h, __m256i p0, __m256i p1, __m256i t, __m256i &a, __m256i &b) {
+    if constexpr (kType == K16::q6_k) {
+        const __m256i lo4 = _mm256_set1_epi8(0x0F), n = load(wb + kQ6Ql + 256 * j + 64 * K + 32 * h);
+        a = _mm256_or_si256(_mm256_and_si256(n, lo4), high_bits<K>(p0));
+        b = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), high_bits<K>(p1));
+    } else if constexpr (kType == K16::q3_k) {
+        a = _mm256_or_si256(low_bits<K>(p0), third_bit<K>(t));
+        b = _mm256_or_si256(low_bits<K>(p1), third_bit<K + 4>(t));
+    } else {
+        a = low_bits<K>(p0);
+        b = low_bits<K>(p1);
+    }
+}
+
+// A K16 type's scales of unit j's two sub-blocks of 16 as int16 per row (8
+// rows: half h; Q2_K's low nibbles), or with kCorrection what multiplies the
+// input's sums per 16 (Q2_K's mins, the high nibbles; the others' scales).
+template <K16 kType, bool kCorrection>
+TOY_INLINE inline __m256i k16_pairs(const uint8_t *wb, int j, int h) {
+    const __m128i bytes = load128(wb + (kType == K16::q2_k ? kQ2Sc : kQ6Sc) + 32 * j + 16 * h);
+    if constexpr (kType != K16::q2_k) return _mm256_cvtepi8_epi16(bytes);
+    const __m256i p = _mm256_cvtepu8_epi16(bytes);
+    return kCorrection ? _mm256_srli_epi16(p, 4) : _mm256_and_si256(p, _mm256_set1_epi16(15));
+}
+
+// Q6_K, Q3_K or Q2_K, four columns per pass. A 6-bit quant (stored + 32,
+// below 64) times an int8 input gives VPMADDUBSW pairs of at most 16002: two
+// of them add up in int16, and VPMADDWD against the sub-block's scale (in
+// both halves of the row's lane) widens and scales them at once, no VPMULLD.
+template <int C, bool kStream, K16 kType>
+void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    if constexpr (C > 4) {
+        k16_tile<4, kStream, kType>(w, nb, xq, x_stride, y, ldy);
+        k16_tile<C - 4, false, kType>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);  // the weights are in cache
+        return;
+    }
+    constexpr size_t kBlock = k16_block(kType);
+    constexpr size_t kPlanes = kType == K16::q6_k ? kQ6Qh : kType == K16::q3_k ? kQ3Ql : kQ2Qs;
+    k_quant_blocks<C, kStream, kBlock>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
-            prefetch_part<kStream>(wb, kQ6Block, 8 * h + j, 16);
-            const __m256i h0 = load(wb + kQ6Qh + 128 * j + 32 * h), h1 = load(wb + kQ6Qh + 128 * j + 64 + 32 * h);
+            prefetch_part<kStream>(wb, kBlock, 8 * h + j, 16);
+            const __m256i p0 = load(wb + kPlanes + 128 * j + 32 * h), p1 = load(wb + kPlanes + 128 * j + 64 + 32 * h);
+            const __m256i t = kType == K16::q3_k ? load(wb + kQ3Qh + 64 * j + 32 * h) : _mm256_setzero_si256();
             // the unit's two scales (int16 per row: a low, b high), each in both halves
-            const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
+            const __m256i pr = k16_pairs<kType, false>(wb, j, h);
             const __m256i sca = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xA0), 0xA0);
             const __m256i scb = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xF5), 0xF5);
             // steps k and k+1 (inputs 4k.. of both halves of the unit) together:
@@ -591,12 +634,9 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             // their running sums (4 columns fit in 16 registers)
             auto steps = [&](auto kc) TOY_INLINE {
                 constexpr int k = decltype(kc)::value;
-                const __m256i n0 = load(wb + kQ6Ql + 256 * j + 64 * k + 32 * h);
-                const __m256i n1 = load(wb + kQ6Ql + 256 * j + 64 * (k + 1) + 32 * h);
-                const __m256i va0 = q6_vector<k>(_mm256_and_si256(n0, lo4), h0);
-                const __m256i va1 = q6_vector<k + 1>(_mm256_and_si256(n1, lo4), h0);
-                const __m256i vb0 = q6_vector<k>(_mm256_and_si256(_mm256_srli_epi16(n0, 4), lo4), h1);
-                const __m256i vb1 = q6_vector<k + 1>(_mm256_and_si256(_mm256_srli_epi16(n1, 4), lo4), h1);
+                __m256i va0, vb0, va1, vb1;
+                k16_vectors<kType, k>(wb, j, h, p0, p1, t, va0, vb0);
+                k16_vectors<kType, k + 1>(wb, j, h, p0, p1, t, va1, vb1);
                 for (int c = 0; c < C; ++c) {
                     const uint8_t *q = xb[c] + kKQs + 32 * j + 4 * k;
                     const __m256i qa = _mm256_add_epi16(_mm256_maddubs_epi16(va0, bcast4(q)), _mm256_maddubs_epi16(va1, bcast4(q + 4)));
@@ -608,18 +648,24 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
             steps(std::integral_constant<int, 0>{});
             steps(std::integral_constant<int, 2>{});
         }
-        const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));
+        const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));  // where all three keep d
         for (int c = 0; c < C; ++c) {
-            // the quants are stored + 32: take back 32 * sum of scale x sum of the 16 inputs
+            // Q6_K's quants are stored + 32, Q3_K's + 4: take back 32 (4) x sum of
+            // scale x sum of the 16 inputs; Q2_K's mins x the sums go with dmin
             __m256i corr = _mm256_setzero_si256();
             for (int j = 0; j < 8; ++j) {
-                const __m256i pr = _mm256_cvtepi8_epi16(load128(wb + kQ6Sc + 32 * j + 16 * h));
-                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pr, bcast4(xb[c] + kKSum16 + 4 * j)));
+                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(k16_pairs<kType, true>(wb, j, h), bcast4(xb[c] + kKSum16 + 4 * j)));
             }
-            const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, 5));
             float *yc = y + c * ldy + 8 * h;
             const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
-            _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
+            if constexpr (kType == K16::q2_k) {
+                const __m256 dm = _mm256_cvtph_ps(load128(wb + kQ2Dmin + 16 * h));
+                const __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[c]), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc));
+                _mm256_storeu_ps(yc, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, dy), acc));
+            } else {
+                const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, kType == K16::q6_k ? 5 : 2));
+                _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
+            }
         }
     });
 }
@@ -629,11 +675,12 @@ void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 #undef TOY_UNROLL
 
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile), kQ4KTiles = TOY_TILES(q4_k_tile),
-                 kQ5KTiles = TOY_TILES_OF(q4_k_tile, kQ5Block), kQ6KTiles = TOY_TILES(q6_k_tile),
+                 kQ5KTiles = TOY_TILES_OF(q4_k_tile, kQ5Block), kQ6KTiles = TOY_TILES_OF(k16_tile, K16::q6_k),
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
-                 kIq4xsTiles = TOY_TILES(iq4_xs_tile), kBf16Tiles = TOY_TILES(bf16_tile);
+                 kIq4xsTiles = TOY_TILES(iq4_xs_tile), kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
+                 kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k), kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
 
@@ -642,7 +689,9 @@ const KernelSet *avx2_kernels() {
     // faster than over ggml's layout and its prompts are no slower than
     // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
-    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kBf16Tiles, true, false, prepare, expand};
+    static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles,
+                               &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles,
+                               &kQ3KTiles, &kQ2KTiles, &kBf16Tiles, true, false, prepare, expand};
     return &set;
 }
 

@@ -270,38 +270,47 @@ void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_strid
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-template <int C, bool kStream>
-void q6_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+// Q6_K, Q3_K or Q2_K (K16): per unit, two sub-blocks of 16, each sum times its scale.
+template <int C, bool kStream, K16 kType>
+void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    constexpr size_t kBlock = k16_block(kType);
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, w += kQ6Block) {
+    for (int64_t b = 0; b < nb; ++b, w += kBlock) {
         const uint8_t *xb[C];
         for (int c = 0; c < C; ++c) xb[c] = xq + c * x_stride + b * kKColBlock;
         __m512i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm512_setzero_si512();
         for (int j = 0; j < 8; ++j) {
-            prefetch_part<kStream>(w, kQ6Block, j, 8);
+            prefetch_part<kStream>(w, kBlock, j, 8);
             __m512i v[8];
-            load_q6_k_unit(w, j, v);
-            // the scales of the unit's two sub-blocks of 16, sign-extended per row
-            const __m512i pr = load_q6_k_scale_pairs(w, j);
-            const __m512i sa = _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16), sb = _mm512_srai_epi32(pr, 16);
+            load_k16_unit<kType>(w, j, v);
+            // the scales of the unit's two sub-blocks of 16 as int16 pairs per row
+            const __m512i pr = load_k16_scale_pairs<kType>(w, j);
             for (int c = 0; c < C; ++c) {
                 const uint8_t *x = xb[c] + kKQs + 32 * j;
                 const __m512i s0 = dot_u8s8<4, false>(_mm512_setzero_si512(), v, x);
                 const __m512i s1 = dot_u8s8<4, false>(_mm512_setzero_si512(), v + 4, x + 16);
-                tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(s0, sa), _mm512_mullo_epi32(s1, sb)));
+                if constexpr (kType == K16::q6_k) {
+                    const __m512i sa = _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16), sb = _mm512_srai_epi32(pr, 16);
+                    tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(s0, sa), _mm512_mullo_epi32(s1, sb)));
+                } else {
+                    // a 2- or 3-bit sub-block's sum fits int16 (|s| <= 16 x 7 x 127): the
+                    // two sums as a pair per row, times the scales' pair, in one VPDPWSSD
+                    const __m512i pair = _mm512_mask_blend_epi16(0xAAAAAAAA, s0, _mm512_slli_epi32(s1, 16));
+                    tot[c] = _mm512_dpwssd_epi32(tot[c], pair, pr);
+                }
             }
         }
-        const __m512 dw = load_f16x16(w + kQ6D);
         for (int c = 0; c < C; ++c) {
             float dy;
             std::memcpy(&dy, xb[c] + kKD, sizeof dy);
+            // Q6_K, Q3_K: the scales (Q2_K: the mins) times the column's sums per 16
             __m512i corr = _mm512_setzero_si512();
             for (int j = 0; j < 8; ++j) {
-                corr = _mm512_dpwssd_epi32(corr, load_q6_k_scale_pairs(w, j), bcast4(xb[c] + kKSum16 + 4 * j));
+                corr = _mm512_dpwssd_epi32(corr, load_k16_scale_pairs<kType, true>(w, j), bcast4(xb[c] + kKSum16 + 4 * j));
             }
-            acc[c] = q6_k_step(acc[c], tot[c], corr, dw, dy);
+            acc[c] = k16_step<kType>(acc[c], tot[c], corr, w, dy);
         }
     }
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
@@ -333,11 +342,12 @@ void prepare(ggml_type form, const float *x, int64_t n, uint8_t *out) {
 }
 
 constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile), kQ4KTiles = TOY_TILES(q4_k_tile),
-                 kQ5KTiles = TOY_TILES_OF(q4_k_tile, kQ5Block), kQ6KTiles = TOY_TILES(q6_k_tile),
+                 kQ5KTiles = TOY_TILES_OF(q4_k_tile, kQ5Block), kQ6KTiles = TOY_TILES_OF(k16_tile, K16::q6_k),
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
-                 kIq4xsTiles = TOY_TILES(iq4_xs_tile);
+                 kIq4xsTiles = TOY_TILES(iq4_xs_tile), kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
+                 kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k);
 
 }  // namespace
 }  // namespace toy::graph::packed
@@ -385,19 +395,25 @@ void bf16_tile(const uint8_t *w, int64_t n_pairs, const uint8_t *x, size_t x_str
 
 constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 
+// The AVX-512 set, with BF16 (where the CPU has AVX512_BF16) or without, and
+// with AMX tiles for prompts (the amx set) or without.
+constexpr KernelSet avx512_set(const char *name, bool with_bf16, const WideTiles *wide) {
+    return {name, 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles,
+            &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kQ3KTiles, &kQ2KTiles, with_bf16 ? &kBf16Tiles : nullptr,
+            true, with_bf16, prepare, expand, wide};
+}
+
 }  // namespace
 
 const KernelSet *avx512_kernels(bool with_bf16) {
-    static const KernelSet plain{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, nullptr, true, false, prepare, expand},
-        bf16{"avx512", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kBf16Tiles, true, true, prepare, expand};
+    static const KernelSet plain = avx512_set("avx512", false, nullptr), bf16 = avx512_set("avx512", true, nullptr);
     return with_bf16 ? &bf16 : &plain;
 }
 
 const KernelSet *amx_kernels(bool with_bf16) {
     const WideTiles *wide = amx_tiles();
     if (!wide) return nullptr;
-    static const KernelSet plain{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, nullptr, true, false, prepare, expand, wide},
-        bf16{"amx", 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kBf16Tiles, true, true, prepare, expand, wide};
+    static const KernelSet plain = avx512_set("amx", false, wide), bf16 = avx512_set("amx", true, wide);
     return with_bf16 ? &bf16 : &plain;
 }
 

@@ -74,6 +74,21 @@ struct BlockQ6K {
     int8_t scales[kQKK / 16];
     uint16_t d;  // fp16
 };
+// Q3_K: per 256 values d (sc - 32) (q - 4), q of 3 bits (the low 2 in qs,
+// the third in hmask), 16 scales sc of 6 bits packed into 12 bytes.
+struct BlockQ3K {
+    uint8_t hmask[kQKK / 8];
+    uint8_t qs[kQKK / 4];
+    uint8_t scales[12];
+    uint16_t d;  // fp16
+};
+// Q2_K: per 256 values d sc q - dmin m, q of 2 bits, per 16 a byte sc | m << 4.
+struct BlockQ2K {
+    uint8_t scales[kQKK / 16];
+    uint8_t qs[kQKK / 4];
+    uint16_t d, dmin;  // fp16
+};
+static_assert(sizeof(BlockQ3K) == 110 && sizeof(BlockQ2K) == 84, "ggml's block_q3_K and block_q2_K are 110 and 84 bytes");
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20, "ggml's block_q4_0 and block_q4_1 are 18 and 20 bytes");
 static_assert(sizeof(BlockQ5_0) == 22, "ggml's block_q5_0 is 22 bytes");
@@ -107,6 +122,8 @@ bool format_of(ggml_type type, Format *f) {
     case GGML_TYPE_Q5_K: *f = {kQKK, kQ5Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_IQ4_XS: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_Q3_K: *f = {kQKK, kQ3Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_Q2_K: *f = {kQKK, kQ2Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_BF16: *f = {2, kRows * 2 * sizeof(uint16_t), GGML_TYPE_BF16}; return true;
     default: return false;
     }
@@ -162,6 +179,19 @@ void put_fifth_bits(const uint8_t *q, int r, uint8_t *out) {
         uint8_t bits = 0;
         for (int k = 0; k < 8; ++k) bits |= ((q[4 * k + i] >> 4) & 1) << k;
         out[4 * r + i] = bits;
+    }
+}
+
+// Q6_K's high 2 bits of 32 inputs' quants q (a unit) for row r as two planes
+// of 64 bytes: plane h's byte 4r + i holds in bits 2t..2t+1 those of input
+// 16h + 4t + i.
+void put_high_bit_pairs(const uint8_t *q, int r, uint8_t *out) {
+    for (int h = 0; h < 2; ++h) {
+        for (int i = 0; i < 4; ++i) {
+            uint8_t bits = 0;
+            for (int t = 0; t < 4; ++t) bits |= ((q[16 * h + 4 * t + i] >> 4) & 3) << (2 * t);
+            out[64 * h + 4 * r + i] = bits;
+        }
     }
 }
 
@@ -326,16 +356,66 @@ void pack_q6_k_group(const BlockQ6K *in, int64_t nb, uint8_t *out) {
             for (int j = 0; j < 8; ++j) {
                 out[kQ6Sc + 32 * j + 2 * r] = static_cast<uint8_t>(blk.scales[2 * j]);
                 out[kQ6Sc + 32 * j + 2 * r + 1] = static_cast<uint8_t>(blk.scales[2 * j + 1]);
-                const uint8_t *qj = q + 32 * j;
-                put_nibbles(qj, r, out + kQ6Ql + 256 * j);
-                for (int h = 0; h < 2; ++h) {
-                    for (int i = 0; i < 4; ++i) {
-                        uint8_t bits = 0;
-                        for (int t = 0; t < 4; ++t) bits |= ((qj[16 * h + 4 * t + i] >> 4) & 3) << (2 * t);
-                        out[kQ6Qh + 128 * j + 64 * h + 4 * r + i] = bits;
-                    }
-                }
+                put_nibbles(q + 32 * j, r, out + kQ6Ql + 256 * j);
+                put_high_bit_pairs(q + 32 * j, r, out + kQ6Qh + 128 * j);
             }
+        }
+    }
+}
+
+// Q3_K's and Q2_K's 2-bit fields as Q6_K's planes of high bits, for unit j
+// (values 32j..32j+31) and row r: the field of value 128c + 32t + l is bits
+// 2t..2t+1 of qs[32c + l], so half h of the unit is bits 2t of 16 bytes, four
+// at a time a 32-bit word (each byte at most 3, shifted at most 6).
+void put_two_bit_planes(const uint8_t *qs, int j, int r, uint8_t *out) {
+    const int c = j / 4, t = j % 4;
+    for (int h = 0; h < 2; ++h) {
+        uint32_t w[4], plane = 0;  // w[k]: the fields of inputs 16h + 4k..16h + 4k + 3
+        std::memcpy(w, qs + 32 * c + 16 * h, sizeof w);
+        for (int k = 0; k < 4; ++k) plane |= ((w[k] >> (2 * t)) & 0x03030303u) << (2 * k);
+        std::memcpy(out + 64 * h + 4 * r, &plane, 4);
+    }
+}
+
+// Q3_K's third bits as Q5_K's fifth, for unit j and row r: value v's is bit
+// v / 32 of hmask[v % 32], so bit j of the 32 bytes, four at a time.
+void put_third_bits(const uint8_t *hmask, int j, int r, uint8_t *out) {
+    uint32_t w[8], bits = 0;  // w[k]: inputs 4k..4k + 3 of every unit
+    std::memcpy(w, hmask, sizeof w);
+    for (int k = 0; k < 8; ++k) bits |= ((w[k] >> j) & 0x01010101u) << k;
+    std::memcpy(out + 4 * r, &bits, 4);
+}
+
+// Q3_K: the 6-bit scales less 32 (scale i: its low 4 bits in byte i's low
+// nibble, or i - 8's high nibble from 8 on; its high 2 bits in bits
+// 2 (i / 4).. of byte 8 + i % 4), the 2-bit fields and the third bits.
+void pack_q3_k_group(const BlockQ3K *in, int64_t nb, uint8_t *out) {
+    for (int64_t b = 0; b < nb; ++b, out += kQ3Block) {
+        for (int r = 0; r < kRows; ++r) {
+            const BlockQ3K &blk = in[r * nb + b];
+            std::memcpy(out + kQ3D + 2 * r, &blk.d, 2);
+            for (int i = 0; i < 16; ++i) {
+                const int low = i < 8 ? blk.scales[i] & 15 : blk.scales[i - 8] >> 4;
+                const int high = (blk.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+                out[kQ3Sc + 32 * (i / 2) + 2 * r + i % 2] = static_cast<uint8_t>(static_cast<int8_t>((low | high << 4) - 32));
+            }
+            for (int j = 0; j < 8; ++j) {
+                put_two_bit_planes(blk.qs, j, r, out + kQ3Ql + 128 * j);
+                put_third_bits(blk.hmask, j, r, out + kQ3Qh + 64 * j);
+            }
+        }
+    }
+}
+
+// Q2_K: d, dmin, the bytes of scales and mins as they are, the 2-bit fields.
+void pack_q2_k_group(const BlockQ2K *in, int64_t nb, uint8_t *out) {
+    for (int64_t b = 0; b < nb; ++b, out += kQ2Block) {
+        for (int r = 0; r < kRows; ++r) {
+            const BlockQ2K &blk = in[r * nb + b];
+            std::memcpy(out + kQ2D + 2 * r, &blk.d, 2);
+            std::memcpy(out + kQ2Dmin + 2 * r, &blk.dmin, 2);
+            for (int i = 0; i < 16; ++i) out[kQ2Sc + 32 * (i / 2) + 2 * r + i % 2] = blk.scales[i];
+            for (int j = 0; j < 8; ++j) put_two_bit_planes(blk.qs, j, r, out + kQ2Qs + 128 * j);
         }
     }
 }
@@ -584,7 +664,10 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         case GGML_TYPE_BF16:
             pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;
-        default: pack_q6_k_group(reinterpret_cast<const BlockQ6K *>(s), depth, d); break;
+        case GGML_TYPE_Q6_K: pack_q6_k_group(reinterpret_cast<const BlockQ6K *>(s), depth, d); break;
+        case GGML_TYPE_Q3_K: pack_q3_k_group(reinterpret_cast<const BlockQ3K *>(s), depth, d); break;
+        case GGML_TYPE_Q2_K: pack_q2_k_group(reinterpret_cast<const BlockQ2K *>(s), depth, d); break;
+        default: break;  // format_of has none: failed above
         }
     });
 }

@@ -1,4 +1,4 @@
-// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q4_K, Q5_K, Q6_K, IQ4_XS and BF16 weights on
+// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, IQ4_XS and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
 // Q4_0 to Q5_1, IQ4_NL, IQ4_XS and the K-quants' prompts where the CPU has AMX, packed_kernels_amx.cpp),
@@ -42,6 +42,12 @@
 //   bits (one byte per row and 4 inputs, bit k for the inputs of Q4_K's
 //   vector k), ORed into the nibbles as they are loaded; Q4_K's float steps.
 //   2.3% larger than Q5_K.
+// - Q3_K and Q2_K (16 sub-blocks of 16 per 256 values, as Q6_K): Q6_K's
+//   scales as bytes (Q3_K's 6-bit sc - 32; Q2_K's bytes of 4-bit scale and
+//   min as they are, with dmin), the 2-bit fields in Q6_K's planes of high
+//   bits and Q3_K's third bits as Q5_K's fifth; decoded to bytes as they
+//   load, Q6_K's tile (offset 4 for Q3_K, Q4_K's min step for Q2_K). Q2_K
+//   keeps its size, Q3_K grows 3.6%.
 // - IQ4_XS (d (ls - 32) t[q] per 256 values, 6-bit ls per 32): d, the
 //   scales ls - 32 as signed bytes, Q4_K's nibble vectors looked up into
 //   t[q] + 128 as they load; per 32 inputs the exact sum from -128 x the
@@ -68,7 +74,7 @@
 namespace toy::graph {
 
 // Whether a kernel takes a matrix of this type and shape: Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1, IQ4_NL, F16, Q4_K, Q5_K, Q6_K, IQ4_XS or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
+// Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, IQ4_XS or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
 // runs one of the kernel sets (AVX-512 VNNI, BF16 only with AVX512_BF16;
 // else AVX2 + FMA + F16C, without BF16; chosen at run time). False
 // elsewhere, where ggml's own kernels run.
