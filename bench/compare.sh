@@ -12,7 +12,9 @@
 #     llama-bench -d; ik_llama.cpp's llama-bench has no -d: it decodes with `-gp DEPTH,TG`,
 #     and its llama-sweep-bench (built on first use) gives the prompt rows, one sample per
 #     sweep over the windows of PP tokens up to DEPTH, so DEPTH must be a multiple of PP)
-#   MODELS ["smollm2-135m:f16 smollm2-135m:q8_0 qwen2.5-0.5b:q8_0 llama-3.2-1b:q4_k_m"]
+#   MODELS ["smollm2-135m:f16 smollm2-135m:q8_0 qwen2.5-0.5b:q8_0 llama-3.2-1b:q4_k_m"]: missing
+#     files are made by `toy init` (its types), or for other llama.cpp file types (q3_k_m,
+#     q2_k, iq4_xs, ...) by `toy quantize` from the preset's F16 file
 #   BUILD_DIR [<repo>/build]   MODEL_DIR [~/.cache/toy/bench-models]
 #   REF_DIR [~/.cache/toy-reference]   RESULTS_DIR [a new temporary directory]
 #   ROOFLINE [1]: also probe memory bandwidth (toy bench --roofline)
@@ -203,7 +205,15 @@ for spec in $MODELS; do
   path=$(model_path "$spec")
   if [ ! -f "$path" ]; then
     log "making $path"
-    "$TOY" init --preset "${spec%%:*}" --type "${spec##*:}" --seed 1 -o "$path" >&2
+    type=${spec##*:}
+    if "$TOY" init --help | grep -qE -- "--type [^ ]* +([^ ]*[|])?$type([|]| )"; then
+      "$TOY" init --preset "${spec%%:*}" --type "$type" --seed 1 -o "$path" >&2
+    else
+      # a file type `toy init` does not write (q3_k_m, q2_k, iq4_xs, ...): the F16 model quantized
+      f16=$(model_path "${spec%%:*}:f16")
+      [ -f "$f16" ] || "$TOY" init --preset "${spec%%:*}" --type f16 --seed 1 -o "$f16" >&2
+      "$TOY" -q quantize "$f16" "$path" "${type^^}" >&2
+    fi
   fi
 done
 

@@ -352,17 +352,20 @@ inline void iq4_xs_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const
 }
 
 // A super-block's low and high sums through C tiles kLo and kHi (A in tile
-// 0, B's low and high bytes in 1 and 4), 64 inputs per TDPBSUD.
-template <int kLo, int kHi, bool kSignedHigh>
+// 0, B's low and high bytes in 1 and 4), 64 inputs per TDPBSUD. Q2_K's
+// products (at most 3 x 15) have no high byte: its high sums stay zero.
+template <int kLo, int kHi, bool kSignedHigh, bool kHigh>
 inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (&out)[2]) {
     tile_zero<kLo>();
     tile_zero<kHi>();
     for (int p = 0; p < 4; ++p) {
         tile_load<0>(xb + 64 * p, x_stride);
         tile_load<1>(st.lo + 1024 * p, 64);
-        tile_load<4>(st.hi + 1024 * p, 64);
         tile_dot<kLo, 0, 1>();
-        tile_dot<kHi, 0, 4, kSignedHigh>();  // the K16 types' and IQ4_XS's high bytes are signed
+        if constexpr (kHigh) {
+            tile_load<4>(st.hi + 1024 * p, 64);
+            tile_dot<kHi, 0, 4, kSignedHigh>();  // the K16 types' and IQ4_XS's high bytes are signed
+        }
     }
     tile_store<kLo>(out[0]);
     tile_store<kHi>(out[1]);
@@ -421,9 +424,9 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *xb = xs + b * kKColBlock + kKQs;
                 if (b % 2 == 0) {
-                    k_block<2, 3, kK16 || kX4>(xb, x_stride, staged[b], sums[0]);
+                    k_block<2, 3, kK16 || kX4, kBlock != kQ2Block>(xb, x_stride, staged[b], sums[0]);
                 } else {
-                    k_block<5, 6, kK16 || kX4>(xb, x_stride, staged[b], sums[1]);
+                    k_block<5, 6, kK16 || kX4, kBlock != kQ2Block>(xb, x_stride, staged[b], sums[1]);
                 }
                 if (b > 0) accumulate(b - 1);
             }
