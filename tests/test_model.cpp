@@ -401,10 +401,10 @@ TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
 }
 
 // Q5_K matrices (and those llama-quantize writes as Q5_1 where rows are not
-// whole super-blocks), Q4_0, Q3_K and Q2_K ones run toy's packed kernels (not
+// whole super-blocks), Q4_0, Q3_K, Q2_K and IQ3_S ones run toy's packed kernels (not
 // ggml's AMX, repack buffers or vec_dot), on every kernel set the CPU runs,
 // with ggml's results up to float summation order: a Q5_K model of rows of
-// 256, one of rows of 320 (Q5_1), a Q4_0 one, and pure Q3_K and Q2_K ones
+// 256, one of rows of 320 (Q5_1), a Q4_0 one, and pure Q3_K, Q2_K and IQ3_S ones
 // (toy quantize --pure of an F32 model). Each product's input is quantized (a step
 // function), so a last-bit difference upstream can move an input by a step
 // and the logits by 1e-3 (4.5e-3 here on the Q5_K model: from the first
@@ -421,7 +421,7 @@ TEST(Model, LowBitMatricesRunToysKernelsAsGgmlsDo) {
     };
     for (const Case &k : {Case{InitType::Q5_K, 256, GGML_TYPE_Q5_K}, Case{InitType::Q5_K, 320, GGML_TYPE_Q5_1},
                           Case{InitType::Q4_0, 256, GGML_TYPE_Q4_0}, Case{InitType::F32, 256, GGML_TYPE_Q3_K, "Q3_K_S"},
-                          Case{InitType::F32, 256, GGML_TYPE_Q2_K, "Q2_K"}}) {
+                          Case{InitType::F32, 256, GGML_TYPE_Q2_K, "Q2_K"}, Case{InitType::F32, 256, GGML_TYPE_IQ3_S, "IQ3_S"}}) {
         const ggml_type wanted = k.wanted;
         SCOPED_TRACE(ggml_type_name(wanted));
         InitOptions o = test::small_f32("llama", k.n_embd, 4, 2, 512, 2);

@@ -49,19 +49,20 @@ inline void load_q5_k_unit(const uint8_t *w, int j, __m512i *v) {
     load_five_bit_unit(w + kQ4Qs + 256 * j, w + kQ5Qh + 64 * j, v);
 }
 
-// The table + 128 in every 128-bit lane, and 8 vectors of nibbles looked up in it.
-inline __m512i iq4nl_biased_table() {
-    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlBiased.data())));
-}
-inline void look_up_iq4nl(__m512i *v) {
-    const __m512i table = iq4nl_biased_table();
+// 8 vectors of nibbles looked up in a table of 16 bytes (PSHUFB, the table
+// in every 128-bit lane).
+inline void look_up(const std::array<uint8_t, 16> &t, __m512i *v) {
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(t.data())));
     for (int j = 0; j < 8; ++j) v[j] = _mm512_shuffle_epi8(table, v[j]);
 }
 
-// The 8 vectors of IQ4_XS unit j of the super-block at w: t[q] + 128.
-inline void load_iq4_xs_unit(const uint8_t *w, int j, __m512i *v) {
+// The 8 vectors of an X4 type's (IQ4_XS's, IQ3_S's) unit j of the
+// super-block at w: t[q] + 128.
+template <X4 kType>
+inline void load_x4_unit(const uint8_t *w, int j, __m512i *v) {
+    static constexpr std::array<uint8_t, 16> kTable = x4_table(kType, 128);
     load_nibbles(w + kX4Qs + 256 * j, v);
-    look_up_iq4nl(v);
+    look_up(kTable, v);
 }
 
 // The 8 vectors of 16 rows x 4 unsigned quants of a 32-value block at w
@@ -75,7 +76,7 @@ inline void load_block32(const uint8_t *w, __m512i *v) {
         load_five_bit_unit(w + block32_quants(kType), w + block32_bits(kType), v);
     } else {
         load_nibbles(w + block32_quants(kType), v);
-        if constexpr (kType == Block32::iq4_nl) look_up_iq4nl(v);  // t[q] + 128
+        if constexpr (kType == Block32::iq4_nl) look_up(kIq4nlBiased, v);  // t[q] + 128
     }
 }
 

@@ -1,5 +1,5 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and K-quant matrices, 16 columns x 16 rows
+// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_S and K-quant matrices, 16 columns x 16 rows
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
@@ -217,7 +217,7 @@ void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb
     }
 }
 
-// ---- the K-quants and IQ4_XS ----
+// ---- the K-quants, IQ4_XS and IQ3_S ----
 //
 // Their sub-block scales are small integers, so each is folded into the
 // weights before the product: B holds quant x scale (at most 15 x 63 for
@@ -258,10 +258,11 @@ inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo
 }
 
 // Q4_K, Q5_K (kBlock kQ5Block: the fifth bits after Q4_K's layout) or
-// IQ4_XS (kX4Block): units with one byte of scale per row. IQ4_XS's B holds
-// (t[q] + 128) x the signed scale (at most 241 x 32), its high byte signed
-// as Q6_K's; iq4_xs_accumulate takes 128 x scale x the input's sums per 32 back.
-template <size_t kBlock>
+// IQ4_XS and IQ3_S (kX4Block, the table kTable): units with one byte of
+// scale per row. IQ4_XS's B holds (t[q] + 128) x the signed scale (at most
+// 241 x 32; IQ3_S's 143 x 31), its high byte signed as Q6_K's;
+// x4_accumulate takes 128 x scale x the input's sums per 32 back.
+template <size_t kBlock, X4 kTable>
 void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
     constexpr size_t kSc = kBlock == kX4Block ? kX4Sc : kQ4Sc;
     for (int64_t b = 0; b < nb; ++b, w += kBlock) {
@@ -270,7 +271,7 @@ void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
             if constexpr (kBlock == kQ5Block) {
                 load_q5_k_unit(w, j, v);
             } else if constexpr (kBlock == kX4Block) {
-                load_iq4_xs_unit(w, j, v);
+                load_x4_unit<kTable>(w, j, v);
             } else {
                 load_nibbles(w + kQ4Qs + 256 * j, v);
             }
@@ -334,9 +335,9 @@ inline void k16_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const ui
     }
 }
 
-// Super-block b's sums into the accumulators, as the AVX-512 IQ4_XS tile
+// Super-block b's sums into the accumulators, as the AVX-512 X4 tiles
 // takes its exact total: low + 256 x high less 128 x the scales x the sums per 32.
-inline void iq4_xs_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
+inline void x4_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
     const __m512 dw = load_f16x16(w + kX4D);
     __m512i pairs[4];  // per row the scales of sub-blocks 2p and 2p + 1 as int16 pairs
     for (int p = 0; p < 4; ++p) {
@@ -364,16 +365,17 @@ inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (
         tile_dot<kLo, 0, 1>();
         if constexpr (kHigh) {
             tile_load<4>(st.hi + 1024 * p, 64);
-            tile_dot<kHi, 0, 4, kSignedHigh>();  // the K16 types' and IQ4_XS's high bytes are signed
+            tile_dot<kHi, 0, 4, kSignedHigh>();  // the K16 and X4 types' high bytes are signed
         }
     }
     tile_store<kLo>(out[0]);
     tile_store<kHi>(out[1]);
 }
 
-// y for `groups` groups of a K-quant or IQ4_XS (super-blocks of
-// kBlock bytes) and `cols` columns (a multiple of 16) of Q8_K-prepared input.
-template <size_t kBlock>
+// y for `groups` groups of a K-quant, IQ4_XS or IQ3_S (super-blocks of
+// kBlock bytes; the X4 types' table kTable) and `cols` columns (a multiple
+// of 16) of Q8_K-prepared input.
+template <size_t kBlock, X4 kTable = X4::iq4_xs>
 void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
              int64_t cols, float *y, int64_t ldy) {
     load_config(kKConfig);
@@ -404,7 +406,7 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
         if constexpr (kK16) {
             stage_k16<kType>(w, nb, staged.data());
         } else {
-            stage_q4_k<kBlock>(w, nb, staged.data());
+            stage_q4_k<kBlock, kTable>(w, nb, staged.data());
         }
         tile_fence();
         for (int64_t s = 0; s < sets; ++s) {
@@ -416,7 +418,7 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
                 if constexpr (kK16) {
                     k16_accumulate<kType>(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else if constexpr (kX4) {
-                    iq4_xs_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
+                    x4_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else {
                     q4_k_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 }
@@ -469,6 +471,7 @@ const WideTiles *amx_tiles() {
                                  k_tiles<kX4Block>,
                                  k_tiles<kQ3Block>,
                                  k_tiles<kQ2Block>,
+                                 k_tiles<kX4Block, X4::iq3_s>,
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

@@ -510,13 +510,18 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     });
 }
 
-// IQ4_XS: per unit, the table's signed values through Q8_0's sign trick
-// (pairs up to 2 x 127 x 127, widened at once), the exact sum times the
-// unit's signed scale; per super-block d times the input's scale.
-template <int C, bool kStream>
-void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
-    TOY_SPLIT_COLUMNS(iq4_xs_tile, 4, nb, xq)
-    const __m256i table = table16(kIq4nlSigned);
+// IQ4_XS and IQ3_S (X4): per unit, the table's signed values through Q8_0's
+// sign trick (pairs up to 2 x 127 x 127, widened at once), the exact sum
+// times the unit's signed scale; per super-block d times the input's scale.
+template <int C, bool kStream, X4 kType>
+void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+    if constexpr (C > 4) {
+        x4_tile<4, kStream, kType>(w, nb, xq, x_stride, y, ldy);
+        x4_tile<C - 4, false, kType>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
+        return;
+    }
+    static constexpr std::array<uint8_t, 16> kTable = x4_table(kType, 0);
+    const __m256i table = table16(kTable);
     k_quant_blocks<C, kStream, kX4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
@@ -679,7 +684,8 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
-                 kIq4xsTiles = TOY_TILES(iq4_xs_tile), kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
+                 kIq4xsTiles = TOY_TILES_OF(x4_tile, X4::iq4_xs), kIq3sTiles = TOY_TILES_OF(x4_tile, X4::iq3_s),
+                 kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
                  kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k), kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
@@ -691,7 +697,7 @@ const KernelSet *avx2_kernels() {
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
     static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles,
                                &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles,
-                               &kQ3KTiles, &kQ2KTiles, &kBf16Tiles, true, false, prepare, expand};
+                               &kQ3KTiles, &kQ2KTiles, &kIq3sTiles, &kBf16Tiles, true, false, prepare, expand};
     return &set;
 }
 

@@ -231,14 +231,14 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// IQ4_XS: per unit, the exact sum of (t[q] + 128) x input from -128 x the
-// input's sum of 32 (so sum t[q] x), times the unit's signed scale; per
-// super-block Q8_0's float step with d and the input's scale.
-template <int C, bool kStream>
-void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
+// IQ4_XS and IQ3_S (X4): per unit, the exact sum of (t[q] + 128) x input
+// from -128 x the input's sum of 32 (so sum t[q] x), times the unit's signed
+// scale; per super-block Q8_0's float step with d and the input's scale.
+template <int C, bool kStream, X4 kType>
+void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     if constexpr (C > 4) {  // as Q4_K: 4 columns keep their sums in registers
-        iq4_xs_tile<4, kStream>(w, nb, xq, x_stride, y, ldy);
-        iq4_xs_tile<C - 4, false>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
+        x4_tile<4, kStream, kType>(w, nb, xq, x_stride, y, ldy);
+        x4_tile<C - 4, false, kType>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
         return;
     }
     __m512 acc[C];
@@ -251,7 +251,7 @@ void iq4_xs_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_strid
         for (int j = 0; j < 8; ++j) {
             prefetch_part<kStream>(w, kX4Block, j, 8);
             __m512i v[8];
-            load_iq4_xs_unit(w, j, v);
+            load_x4_unit<kType>(w, j, v);
             const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + kX4Sc + 16 * j)));
             for (int c = 0; c < C; ++c) {
                 int16_t sum32;
@@ -346,8 +346,8 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
-                 kIq4xsTiles = TOY_TILES(iq4_xs_tile), kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
-                 kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k);
+                 kIq4xsTiles = TOY_TILES_OF(x4_tile, X4::iq4_xs), kIq3sTiles = TOY_TILES_OF(x4_tile, X4::iq3_s),
+                 kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k), kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k);
 
 }  // namespace
 }  // namespace toy::graph::packed
@@ -399,8 +399,8 @@ constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 // with AMX tiles for prompts (the amx set) or without.
 constexpr KernelSet avx512_set(const char *name, bool with_bf16, const WideTiles *wide) {
     return {name, 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles,
-            &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kQ3KTiles, &kQ2KTiles, with_bf16 ? &kBf16Tiles : nullptr,
-            true, with_bf16, prepare, expand, wide};
+            &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kQ3KTiles, &kQ2KTiles, &kIq3sTiles,
+            with_bf16 ? &kBf16Tiles : nullptr, true, with_bf16, prepare, expand, wide};
 }
 
 }  // namespace

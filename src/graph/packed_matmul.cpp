@@ -6,6 +6,7 @@
 #include "graph/packed_kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -88,6 +89,16 @@ struct BlockQ2K {
     uint8_t qs[kQKK / 4];
     uint16_t d, dmin;  // fp16
 };
+// IQ3_S: per 256 values d (2 sc + 1) s g, g a grid value picked by 9 bits
+// (qs and qh), s a sign (signs), a 4-bit sc per 32 values (scales).
+struct BlockIQ3S {
+    uint16_t d;  // fp16
+    uint8_t qs[kQKK / 4];
+    uint8_t qh[kQKK / 32];
+    uint8_t signs[kQKK / 8];
+    uint8_t scales[kQKK / 64];
+};
+static_assert(sizeof(BlockIQ3S) == 110, "ggml's block_iq3_s is 110 bytes");
 static_assert(sizeof(BlockQ3K) == 110 && sizeof(BlockQ2K) == 84, "ggml's block_q3_K and block_q2_K are 110 and 84 bytes");
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20, "ggml's block_q4_0 and block_q4_1 are 18 and 20 bytes");
@@ -120,7 +131,8 @@ bool format_of(ggml_type type, Format *f) {
     case GGML_TYPE_F16: *f = {1, kRows * sizeof(uint16_t), GGML_TYPE_F16}; return true;
     case GGML_TYPE_Q4_K: *f = {kQKK, kQ4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q5_K: *f = {kQKK, kQ5Block, GGML_TYPE_Q8_K}; return true;
-    case GGML_TYPE_IQ4_XS: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_IQ4_XS:
+    case GGML_TYPE_IQ3_S: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q3_K: *f = {kQKK, kQ3Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q2_K: *f = {kQKK, kQ2Block, GGML_TYPE_Q8_K}; return true;
@@ -332,6 +344,66 @@ void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
                 out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
                 uint8_t q[kQK];
                 split_nibbles(blk.qs + 16 * j, q);
+                put_nibbles(q, r, out + kX4Qs + 256 * j);
+            }
+        }
+    }
+}
+
+// IQ3_S's grid (512 entries of 4 magnitudes g, odd, 1..15) as the nibbles
+// m of 2m - 15 = g (8 + g / 2), 4 to a word, read once from ggml's
+// dequantization of blocks that pick each entry in turn (d 1, scales 1, no
+// signs): block i's values 4k.. are entry 64 i + k, picked by qs[k] and bit
+// k % 8 of qh[k / 8]. A negative value -g is 15 - m: the nibble xor 15.
+const std::array<uint32_t, 512> &iq3s_grid_nibbles() {
+    static const std::array<uint32_t, 512> nibbles = [] {
+        std::array<uint32_t, 512> n{};
+        const auto to_float = ggml_get_type_traits(GGML_TYPE_IQ3_S)->to_float;
+        for (int i = 0; i < 8; ++i) {
+            BlockIQ3S blk{};
+            blk.d = ggml_fp32_to_fp16(1.0f);
+            for (int k = 0; k < 64; ++k) {
+                blk.qs[k] = static_cast<uint8_t>(64 * i + k);
+                blk.qh[k / 8] |= static_cast<uint8_t>(((64 * i + k) >> 8) << (k % 8));
+            }
+            float values[kQKK];
+            to_float(&blk, values, kQKK);
+            for (int k = 0; k < 64; ++k) {
+                for (int p = 0; p < 4; ++p) n[64 * i + k] |= static_cast<uint32_t>(8 + static_cast<int>(values[4 * k + p]) / 2) << (8 * p);
+            }
+        }
+        return n;
+    }();
+    return nibbles;
+}
+
+// 4 sign bits as 4 bytes, 15 where set (what turns m into 15 - m).
+constexpr std::array<uint32_t, 16> kSignFlips = [] {
+    std::array<uint32_t, 16> f{};
+    for (int b = 0; b < 16; ++b) {
+        for (int p = 0; p < 4; ++p) f[b] |= ((b >> p) & 1u) * (15u << (8 * p));
+    }
+    return f;
+}();
+
+// IQ3_S in IQ4_XS's layout: the scales 2 sc + 1, and each value's signed
+// grid value (odd, -15..15) as the nibble m of 2m - 15 (kIq3sValues).
+// Values 4k.. of sub-block j: grid entry qs[8j + k] | (bit k of qh[j]) << 8,
+// their signs bits 4 (k % 2).. of signs[4j + k / 2].
+void pack_iq3_s_group(const BlockIQ3S *in, int64_t nb, uint8_t *out) {
+    const auto &grid = iq3s_grid_nibbles();
+    for (int64_t b = 0; b < nb; ++b, out += kX4Block) {
+        for (int r = 0; r < kRows; ++r) {
+            const BlockIQ3S &blk = in[r * nb + b];
+            std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+            for (int j = 0; j < 8; ++j) {
+                out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * ((blk.scales[j / 2] >> (4 * (j % 2))) & 15) + 1);
+                uint8_t q[kQK];
+                for (int k = 0; k < 8; ++k) {
+                    const int entry = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
+                    const uint32_t m = grid[entry] ^ kSignFlips[(blk.signs[4 * j + k / 2] >> (4 * (k % 2))) & 15];
+                    std::memcpy(q + 4 * k, &m, sizeof m);
+                }
                 put_nibbles(q, r, out + kX4Qs + 256 * j);
             }
         }
@@ -661,6 +733,7 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         case GGML_TYPE_Q4_K: pack_q4_k_group<BlockQ4K, kQ4Block>(reinterpret_cast<const BlockQ4K *>(s), depth, d); break;
         case GGML_TYPE_Q5_K: pack_q4_k_group<BlockQ5K, kQ5Block>(reinterpret_cast<const BlockQ5K *>(s), depth, d); break;
         case GGML_TYPE_IQ4_XS: pack_iq4_xs_group(reinterpret_cast<const BlockIQ4XS *>(s), depth, d); break;
+        case GGML_TYPE_IQ3_S: pack_iq3_s_group(reinterpret_cast<const BlockIQ3S *>(s), depth, d); break;
         case GGML_TYPE_BF16:
             pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;
