@@ -242,38 +242,42 @@ void block_quants(const Block &b, uint8_t *q) {
     }
 }
 
+// f(blk, r, out) for row r's block b of a group's rows (in: row-major, nb
+// blocks a row), b = 0, 1, ... in turn, out advancing `bytes` per b: how
+// every layout is written, a super-block (or block) of all 16 rows at a time.
+template <typename Block, typename F>
+void for_each_row_block(const Block *in, int64_t nb, size_t bytes, uint8_t *out, F &&f) {
+    for (int64_t b = 0; b < nb; ++b, out += bytes) {
+        for (int r = 0; r < kRows; ++r) f(in[r * nb + b], r, out);
+    }
+}
+
 // Q8_0, per group and block: the 16 rows' scales, then their quants + 128
 // as 8 vectors of 16 rows x 4.
 void pack_q8_0_group(const BlockQ8_0 *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += kGroupBlock) {
-        for (int r = 0; r < kRows; ++r) {
-            const BlockQ8_0 &blk = in[r * nb + b];
-            std::memcpy(out + 2 * r, &blk.d, 2);
-            uint32_t q4[8];  // the row's quants as 8 groups of 4, each byte + 128
-            std::memcpy(q4, blk.qs, sizeof q4);
-            for (int j = 0; j < 8; ++j) {
-                const uint32_t u = q4[j] ^ 0x80808080u;
-                std::memcpy(out + 32 + 64 * j + 4 * r, &u, 4);
-            }
+    for_each_row_block(in, nb, kGroupBlock, out, [](const BlockQ8_0 &blk, int r, uint8_t *out) {
+        std::memcpy(out + 2 * r, &blk.d, 2);
+        uint32_t q4[8];  // the row's quants as 8 groups of 4, each byte + 128
+        std::memcpy(q4, blk.qs, sizeof q4);
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t u = q4[j] ^ 0x80808080u;
+            std::memcpy(out + 32 + 64 * j + 4 * r, &u, 4);
         }
-    }
+    });
 }
 
 // Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL (kType), per group and block: the 16 rows' d
 // (and m), then their quants as 4 vectors of nibbles (and Q5's fifth bits).
 template <Block32 kType, typename Block>
 void pack_nibble_group(const Block *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += block32_bytes(kType)) {
-        for (int r = 0; r < kRows; ++r) {
-            const Block &blk = in[r * nb + b];
-            std::memcpy(out + 2 * r, &blk.d, 2);
-            if constexpr (has_min(kType)) std::memcpy(out + kQ51M + 2 * r, &blk.m, 2);
-            uint8_t q[kQK];
-            block_quants(blk, q);
-            put_nibbles(q, r, out + block32_quants(kType));
-            if constexpr (has_fifth(kType)) put_fifth_bits(q, r, out + block32_bits(kType));
-        }
-    }
+    for_each_row_block(in, nb, block32_bytes(kType), out, [](const Block &blk, int r, uint8_t *out) {
+        std::memcpy(out + 2 * r, &blk.d, 2);
+        if constexpr (has_min(kType)) std::memcpy(out + kQ51M + 2 * r, &blk.m, 2);
+        uint8_t q[kQK];
+        block_quants(blk, q);
+        put_nibbles(q, r, out + block32_quants(kType));
+        if constexpr (has_fifth(kType)) put_fifth_bits(q, r, out + block32_bits(kType));
+    });
 }
 
 void pack_f16_group(const uint16_t *in, int64_t n_in, uint16_t *out) {
@@ -315,39 +319,33 @@ void k_values(const BlockQ5K &blk, uint8_t *q) {
 // Q4_K (kBlock kQ4Block) or Q5_K (kQ5Block: the fifth bits after Q4_K's layout).
 template <typename Block, size_t kBlock>
 void pack_q4_k_group(const Block *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += kBlock) {
-        for (int r = 0; r < kRows; ++r) {
-            const Block &blk = in[r * nb + b];
-            std::memcpy(out + kQ4D + 2 * r, &blk.d, 2);
-            std::memcpy(out + kQ4Dmin + 2 * r, &blk.dmin, 2);
-            uint8_t q[kQKK];
-            k_values(blk, q);
-            for (int j = 0; j < 8; ++j) {
-                uint8_t sc, m;
-                q4k_scale_min(blk.scales, j, &sc, &m);
-                out[kQ4Sc + 16 * j + r] = sc;
-                out[kQ4Min + 32 * (j / 2) + 2 * r + j % 2] = m;
-                put_nibbles(q + 32 * j, r, out + kQ4Qs + 256 * j);
-                if constexpr (kBlock == kQ5Block) put_fifth_bits(q + 32 * j, r, out + kQ5Qh + 64 * j);
-            }
+    for_each_row_block(in, nb, kBlock, out, [](const Block &blk, int r, uint8_t *out) {
+        std::memcpy(out + kQ4D + 2 * r, &blk.d, 2);
+        std::memcpy(out + kQ4Dmin + 2 * r, &blk.dmin, 2);
+        uint8_t q[kQKK];
+        k_values(blk, q);
+        for (int j = 0; j < 8; ++j) {
+            uint8_t sc, m;
+            q4k_scale_min(blk.scales, j, &sc, &m);
+            out[kQ4Sc + 16 * j + r] = sc;
+            out[kQ4Min + 32 * (j / 2) + 2 * r + j % 2] = m;
+            put_nibbles(q + 32 * j, r, out + kQ4Qs + 256 * j);
+            if constexpr (kBlock == kQ5Block) put_fifth_bits(q + 32 * j, r, out + kQ5Qh + 64 * j);
         }
-    }
+    });
 }
 
 void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += kX4Block) {
-        for (int r = 0; r < kRows; ++r) {
-            const BlockIQ4XS &blk = in[r * nb + b];
-            std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
-            for (int j = 0; j < 8; ++j) {
-                const int ls = ((blk.scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((blk.scales_h >> (2 * j)) & 3) << 4;
-                out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
-                uint8_t q[kQK];
-                split_nibbles(blk.qs + 16 * j, q);
-                put_nibbles(q, r, out + kX4Qs + 256 * j);
-            }
+    for_each_row_block(in, nb, kX4Block, out, [](const BlockIQ4XS &blk, int r, uint8_t *out) {
+        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+        for (int j = 0; j < 8; ++j) {
+            const int ls = ((blk.scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((blk.scales_h >> (2 * j)) & 3) << 4;
+            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+            uint8_t q[kQK];
+            split_nibbles(blk.qs + 16 * j, q);
+            put_nibbles(q, r, out + kX4Qs + 256 * j);
         }
-    }
+    });
 }
 
 // IQ3_S's grid (512 entries of 4 magnitudes g, odd, 1..15) as the nibbles
@@ -392,47 +390,41 @@ constexpr std::array<uint32_t, 16> kSignFlips = [] {
 // their signs bits 4 (k % 2).. of signs[4j + k / 2].
 void pack_iq3_s_group(const BlockIQ3S *in, int64_t nb, uint8_t *out) {
     const auto &grid = iq3s_grid_nibbles();
-    for (int64_t b = 0; b < nb; ++b, out += kX4Block) {
-        for (int r = 0; r < kRows; ++r) {
-            const BlockIQ3S &blk = in[r * nb + b];
-            std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
-            for (int j = 0; j < 8; ++j) {
-                out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * ((blk.scales[j / 2] >> (4 * (j % 2))) & 15) + 1);
-                uint8_t q[kQK];
-                for (int k = 0; k < 8; ++k) {
-                    const int entry = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
-                    const uint32_t m = grid[entry] ^ kSignFlips[(blk.signs[4 * j + k / 2] >> (4 * (k % 2))) & 15];
-                    std::memcpy(q + 4 * k, &m, sizeof m);
-                }
-                put_nibbles(q, r, out + kX4Qs + 256 * j);
+    for_each_row_block(in, nb, kX4Block, out, [&grid](const BlockIQ3S &blk, int r, uint8_t *out) {
+        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+        for (int j = 0; j < 8; ++j) {
+            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * ((blk.scales[j / 2] >> (4 * (j % 2))) & 15) + 1);
+            uint8_t q[kQK];
+            for (int k = 0; k < 8; ++k) {
+                const int entry = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
+                const uint32_t m = grid[entry] ^ kSignFlips[(blk.signs[4 * j + k / 2] >> (4 * (k % 2))) & 15];
+                std::memcpy(q + 4 * k, &m, sizeof m);
             }
+            put_nibbles(q, r, out + kX4Qs + 256 * j);
         }
-    }
+    });
 }
 
 void pack_q6_k_group(const BlockQ6K *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += kQ6Block) {
-        for (int r = 0; r < kRows; ++r) {
-            const BlockQ6K &blk = in[r * nb + b];
-            std::memcpy(out + kQ6D + 2 * r, &blk.d, 2);
-            uint8_t q[kQKK];  // values 0..63 in order
-            for (int n = 0; n < kQKK; n += 128) {
-                const uint8_t *ql = blk.ql + n / 2, *qh = blk.qh + n / 4;
-                for (int l = 0; l < 32; ++l) {
-                    q[n + l] = (ql[l] & 15) | ((qh[l] >> 0) & 3) << 4;
-                    q[n + 32 + l] = (ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4;
-                    q[n + 64 + l] = (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4;
-                    q[n + 96 + l] = (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4;
-                }
-            }
-            for (int j = 0; j < 8; ++j) {
-                out[kQ6Sc + 32 * j + 2 * r] = static_cast<uint8_t>(blk.scales[2 * j]);
-                out[kQ6Sc + 32 * j + 2 * r + 1] = static_cast<uint8_t>(blk.scales[2 * j + 1]);
-                put_nibbles(q + 32 * j, r, out + kQ6Ql + 256 * j);
-                put_high_bit_pairs(q + 32 * j, r, out + kQ6Qh + 128 * j);
+    for_each_row_block(in, nb, kQ6Block, out, [](const BlockQ6K &blk, int r, uint8_t *out) {
+        std::memcpy(out + kQ6D + 2 * r, &blk.d, 2);
+        uint8_t q[kQKK];  // values 0..63 in order
+        for (int n = 0; n < kQKK; n += 128) {
+            const uint8_t *ql = blk.ql + n / 2, *qh = blk.qh + n / 4;
+            for (int l = 0; l < 32; ++l) {
+                q[n + l] = (ql[l] & 15) | ((qh[l] >> 0) & 3) << 4;
+                q[n + 32 + l] = (ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4;
+                q[n + 64 + l] = (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4;
+                q[n + 96 + l] = (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4;
             }
         }
-    }
+        for (int j = 0; j < 8; ++j) {
+            out[kQ6Sc + 32 * j + 2 * r] = static_cast<uint8_t>(blk.scales[2 * j]);
+            out[kQ6Sc + 32 * j + 2 * r + 1] = static_cast<uint8_t>(blk.scales[2 * j + 1]);
+            put_nibbles(q + 32 * j, r, out + kQ6Ql + 256 * j);
+            put_high_bit_pairs(q + 32 * j, r, out + kQ6Qh + 128 * j);
+        }
+    });
 }
 
 // Q3_K's and Q2_K's 2-bit fields as Q6_K's planes of high bits, for unit j
@@ -462,34 +454,28 @@ void put_third_bits(const uint8_t *hmask, int j, int r, uint8_t *out) {
 // nibble, or i - 8's high nibble from 8 on; its high 2 bits in bits
 // 2 (i / 4).. of byte 8 + i % 4), the 2-bit fields and the third bits.
 void pack_q3_k_group(const BlockQ3K *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += kQ3Block) {
-        for (int r = 0; r < kRows; ++r) {
-            const BlockQ3K &blk = in[r * nb + b];
-            std::memcpy(out + kQ3D + 2 * r, &blk.d, 2);
-            for (int i = 0; i < 16; ++i) {
-                const int low = i < 8 ? blk.scales[i] & 15 : blk.scales[i - 8] >> 4;
-                const int high = (blk.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
-                out[kQ3Sc + 32 * (i / 2) + 2 * r + i % 2] = static_cast<uint8_t>(static_cast<int8_t>((low | high << 4) - 32));
-            }
-            for (int j = 0; j < 8; ++j) {
-                put_two_bit_planes(blk.qs, j, r, out + kQ3Ql + 128 * j);
-                put_third_bits(blk.hmask, j, r, out + kQ3Qh + 64 * j);
-            }
+    for_each_row_block(in, nb, kQ3Block, out, [](const BlockQ3K &blk, int r, uint8_t *out) {
+        std::memcpy(out + kQ3D + 2 * r, &blk.d, 2);
+        for (int i = 0; i < 16; ++i) {
+            const int low = i < 8 ? blk.scales[i] & 15 : blk.scales[i - 8] >> 4;
+            const int high = (blk.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+            out[kQ3Sc + 32 * (i / 2) + 2 * r + i % 2] = static_cast<uint8_t>(static_cast<int8_t>((low | high << 4) - 32));
         }
-    }
+        for (int j = 0; j < 8; ++j) {
+            put_two_bit_planes(blk.qs, j, r, out + kQ3Ql + 128 * j);
+            put_third_bits(blk.hmask, j, r, out + kQ3Qh + 64 * j);
+        }
+    });
 }
 
 // Q2_K: d, dmin, the bytes of scales and mins as they are, the 2-bit fields.
 void pack_q2_k_group(const BlockQ2K *in, int64_t nb, uint8_t *out) {
-    for (int64_t b = 0; b < nb; ++b, out += kQ2Block) {
-        for (int r = 0; r < kRows; ++r) {
-            const BlockQ2K &blk = in[r * nb + b];
-            std::memcpy(out + kQ2D + 2 * r, &blk.d, 2);
-            std::memcpy(out + kQ2Dmin + 2 * r, &blk.dmin, 2);
-            for (int i = 0; i < 16; ++i) out[kQ2Sc + 32 * (i / 2) + 2 * r + i % 2] = blk.scales[i];
-            for (int j = 0; j < 8; ++j) put_two_bit_planes(blk.qs, j, r, out + kQ2Qs + 128 * j);
-        }
-    }
+    for_each_row_block(in, nb, kQ2Block, out, [](const BlockQ2K &blk, int r, uint8_t *out) {
+        std::memcpy(out + kQ2D + 2 * r, &blk.d, 2);
+        std::memcpy(out + kQ2Dmin + 2 * r, &blk.dmin, 2);
+        for (int i = 0; i < 16; ++i) out[kQ2Sc + 32 * (i / 2) + 2 * r + i % 2] = blk.scales[i];
+        for (int j = 0; j < 8; ++j) put_two_bit_planes(blk.qs, j, r, out + kQ2Qs + 128 * j);
+    });
 }
 
 // The decoding prefetches for this CPU (packed_kernels.h): into L2 and then
