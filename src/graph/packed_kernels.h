@@ -132,11 +132,9 @@ enum class X4 { iq4_xs, iq3_s };
 constexpr int8_t kIq3sValues[16] = {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15};
 // an X4 type's table + offset (128: unsigned, what the tiles multiply; 0: as it is)
 constexpr std::array<uint8_t, 16> x4_table(X4 t, int offset) {
-    return t == X4::iq4_xs ? iq4nl_table(offset) : [&] {
-        std::array<uint8_t, 16> v{};
-        for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>(kIq3sValues[i] + offset);
-        return v;
-    }();
+    std::array<uint8_t, 16> v{};
+    for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>((t == X4::iq4_xs ? kIq4nlValues[i] : kIq3sValues[i]) + offset);
+    return v;
 }
 
 // BF16, per group and pair of inputs (2k, 2k+1): one vector of 16 rows x 2
