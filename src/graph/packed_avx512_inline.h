@@ -26,22 +26,40 @@ inline void load_nibbles(const uint8_t *p, __m512i *v) {
     }
 }
 
+// h with every byte's bits from bit kFrom moved to bit kTo by a 16-bit
+// shift: a field of a byte's bits lands in the same byte, which a mask of
+// the field's new place keeps (field, with_field).
+template <int kFrom, int kTo>
+inline __m512i shifted(__m512i h) {
+    if constexpr (kTo > kFrom) return _mm512_slli_epi16(h, kTo - kFrom);
+    if constexpr (kTo < kFrom) return _mm512_srli_epi16(h, kFrom - kTo);
+    return h;
+}
+constexpr char field_mask(int to, int width) { return static_cast<char>(((1 << width) - 1) << to); }
+
+// The kWidth bits of every byte of h from bit kFrom, moved to bit kTo (the rest cleared).
+template <int kFrom, int kTo, int kWidth>
+inline __m512i field(__m512i h) {
+    return _mm512_and_si512(shifted<kFrom, kTo>(h), _mm512_set1_epi8(field_mask(kTo, kWidth)));
+}
+
+// v | field<kFrom, kTo, kWidth>(h), in one instruction.
+template <int kFrom, int kTo, int kWidth>
+inline __m512i with_field(__m512i v, __m512i h) {
+    return _mm512_ternarylogic_epi32(v, shifted<kFrom, kTo>(h), _mm512_set1_epi8(field_mask(kTo, kWidth)), 0xF8);
+}
+
 // The 8 vectors of a unit of 5-bit quants (32 inputs of 16 rows: Q5_K's
 // sub-blocks, Q5_0's and Q5_1's blocks) from its 4 vectors of nibbles at nib
 // and its fifth bits at bits: the quants as bytes, inputs 4k.. in v[k]
-// (Q4_K's nibbles with bit k of the fifth-bit vector in bit 4; each 16-bit
-// shift moves that bit within its byte).
+// (Q4_K's nibbles with bit k of the fifth-bit vector in bit 4).
 inline void load_five_bit_unit(const uint8_t *nib, const uint8_t *bits, __m512i *v) {
     load_nibbles(nib, v);
-    const __m512i h = _mm512_loadu_si512(bits), bit4 = _mm512_set1_epi8(0x10);
-    v[0] = _mm512_ternarylogic_epi32(v[0], _mm512_slli_epi16(h, 4), bit4, 0xF8);  // v | (h' & bit4)
-    v[1] = _mm512_ternarylogic_epi32(v[1], _mm512_slli_epi16(h, 3), bit4, 0xF8);
-    v[2] = _mm512_ternarylogic_epi32(v[2], _mm512_slli_epi16(h, 2), bit4, 0xF8);
-    v[3] = _mm512_ternarylogic_epi32(v[3], _mm512_slli_epi16(h, 1), bit4, 0xF8);
-    v[4] = _mm512_ternarylogic_epi32(v[4], h, bit4, 0xF8);
-    v[5] = _mm512_ternarylogic_epi32(v[5], _mm512_srli_epi16(h, 1), bit4, 0xF8);
-    v[6] = _mm512_ternarylogic_epi32(v[6], _mm512_srli_epi16(h, 2), bit4, 0xF8);
-    v[7] = _mm512_ternarylogic_epi32(v[7], _mm512_srli_epi16(h, 3), bit4, 0xF8);
+    const __m512i h = _mm512_loadu_si512(bits);
+    v[0] = with_field<0, 4, 1>(v[0], h), v[1] = with_field<1, 4, 1>(v[1], h);
+    v[2] = with_field<2, 4, 1>(v[2], h), v[3] = with_field<3, 4, 1>(v[3], h);
+    v[4] = with_field<4, 4, 1>(v[4], h), v[5] = with_field<5, 4, 1>(v[5], h);
+    v[6] = with_field<6, 4, 1>(v[6], h), v[7] = with_field<7, 4, 1>(v[7], h);
 }
 
 // The 8 vectors of Q5_K unit j of the super-block at w.
@@ -80,42 +98,16 @@ inline void load_block32(const uint8_t *w, __m512i *v) {
     }
 }
 
-// Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
-template <int T>
-inline __m512i high_bits(__m512i h) {
-    const __m512i m = _mm512_set1_epi8(0x30);
-    if constexpr (T == 0) return _mm512_and_si512(_mm512_slli_epi16(h, 4), m);
-    if constexpr (T == 1) return _mm512_and_si512(_mm512_slli_epi16(h, 2), m);
-    if constexpr (T == 2) return _mm512_and_si512(h, m);
-    return _mm512_and_si512(_mm512_srli_epi16(h, 2), m);
-}
-
 // The 8 vectors of Q6_K unit j (32 inputs) of the super-block at w: its
-// 6-bit quants (stored + 32) as bytes, inputs 4k.. in v[k], 16 + 4k.. in v[4 + k].
+// 6-bit quants (stored + 32) as bytes, inputs 4k.. in v[k], 16 + 4k.. in
+// v[4 + k] (the nibbles with bits 2t..2t+1 of the planes in bits 4..5).
 inline void load_q6_k_unit(const uint8_t *w, int j, __m512i *v) {
     load_nibbles(w + kQ6Ql + 256 * j, v);
     const __m512i h0 = _mm512_loadu_si512(w + kQ6Qh + 128 * j), h1 = _mm512_loadu_si512(w + kQ6Qh + 128 * j + 64);
-    v[0] = _mm512_or_si512(v[0], high_bits<0>(h0));
-    v[1] = _mm512_or_si512(v[1], high_bits<1>(h0));
-    v[2] = _mm512_or_si512(v[2], high_bits<2>(h0));
-    v[3] = _mm512_or_si512(v[3], high_bits<3>(h0));
-    v[4] = _mm512_or_si512(v[4], high_bits<0>(h1));
-    v[5] = _mm512_or_si512(v[5], high_bits<1>(h1));
-    v[6] = _mm512_or_si512(v[6], high_bits<2>(h1));
-    v[7] = _mm512_or_si512(v[7], high_bits<3>(h1));
-}
-
-// Bits 2t..2t+1 of every byte of p moved to bits 0..1 (the rest cleared).
-template <int T>
-inline __m512i low_bits(__m512i p) {
-    return _mm512_and_si512(T == 0 ? p : _mm512_srli_epi16(p, 2 * T), _mm512_set1_epi8(3));
-}
-
-// v with bit K of every byte of h as its bit 2.
-template <int K>
-inline __m512i with_third_bit(__m512i v, __m512i h) {
-    const __m512i moved = K < 2 ? _mm512_slli_epi16(h, 2 - K) : K == 2 ? h : _mm512_srli_epi16(h, K - 2);
-    return _mm512_ternarylogic_epi32(v, moved, _mm512_set1_epi8(4), 0xF8);  // v | (moved & bit 2)
+    v[0] = with_field<0, 4, 2>(v[0], h0), v[1] = with_field<2, 4, 2>(v[1], h0);
+    v[2] = with_field<4, 4, 2>(v[2], h0), v[3] = with_field<6, 4, 2>(v[3], h0);
+    v[4] = with_field<0, 4, 2>(v[4], h1), v[5] = with_field<2, 4, 2>(v[5], h1);
+    v[6] = with_field<4, 4, 2>(v[6], h1), v[7] = with_field<6, 4, 2>(v[7], h1);
 }
 
 // The 8 vectors of a K16 type's unit j (32 inputs) of the super-block at w:
@@ -127,14 +119,14 @@ inline void load_k16_unit(const uint8_t *w, int j, __m512i *v) {
     } else {
         const uint8_t *planes = w + (kType == K16::q3_k ? kQ3Ql : kQ2Qs) + 128 * j;
         const __m512i p0 = _mm512_loadu_si512(planes), p1 = _mm512_loadu_si512(planes + 64);
-        v[0] = low_bits<0>(p0), v[1] = low_bits<1>(p0), v[2] = low_bits<2>(p0), v[3] = low_bits<3>(p0);
-        v[4] = low_bits<0>(p1), v[5] = low_bits<1>(p1), v[6] = low_bits<2>(p1), v[7] = low_bits<3>(p1);
-        if constexpr (kType == K16::q3_k) {
+        v[0] = field<0, 0, 2>(p0), v[1] = field<2, 0, 2>(p0), v[2] = field<4, 0, 2>(p0), v[3] = field<6, 0, 2>(p0);
+        v[4] = field<0, 0, 2>(p1), v[5] = field<2, 0, 2>(p1), v[6] = field<4, 0, 2>(p1), v[7] = field<6, 0, 2>(p1);
+        if constexpr (kType == K16::q3_k) {  // bit k of the third-bit vector into bit 2
             const __m512i h = _mm512_loadu_si512(w + kQ3Qh + 64 * j);
-            v[0] = with_third_bit<0>(v[0], h), v[1] = with_third_bit<1>(v[1], h);
-            v[2] = with_third_bit<2>(v[2], h), v[3] = with_third_bit<3>(v[3], h);
-            v[4] = with_third_bit<4>(v[4], h), v[5] = with_third_bit<5>(v[5], h);
-            v[6] = with_third_bit<6>(v[6], h), v[7] = with_third_bit<7>(v[7], h);
+            v[0] = with_field<0, 2, 1>(v[0], h), v[1] = with_field<1, 2, 1>(v[1], h);
+            v[2] = with_field<2, 2, 1>(v[2], h), v[3] = with_field<3, 2, 1>(v[3], h);
+            v[4] = with_field<4, 2, 1>(v[4], h), v[5] = with_field<5, 2, 1>(v[5], h);
+            v[6] = with_field<6, 2, 1>(v[6], h), v[7] = with_field<7, 2, 1>(v[7], h);
         }
     }
 }

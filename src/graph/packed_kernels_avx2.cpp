@@ -182,14 +182,17 @@ constexpr int kF16Cols = 6;
         return;                                                                              \
     }
 
-// Bit k of every byte of h moved to bit 4 (the rest cleared): the fifth
-// bit of the inputs in vector k of a unit of 5-bit quants (each 16-bit shift moves it within its byte).
-template <int K>
-inline __m256i fifth_bit(__m256i h) {
-    const __m256i m = _mm256_set1_epi8(0x10);
-    if constexpr (K < 4) return _mm256_and_si256(_mm256_slli_epi16(h, 4 - K), m);
-    if constexpr (K == 4) return _mm256_and_si256(h, m);
-    return _mm256_and_si256(_mm256_srli_epi16(h, K - 4), m);
+// The kWidth bits of every byte of h from bit kFrom, moved to bit kTo (the
+// rest cleared): a 16-bit shift lands a byte's field in the same byte, which
+// the mask of its new place keeps. Bit k of a fifth-bit vector into bit 4,
+// Q6_K's planes' bits 2t..2t+1 into 4..5, Q3_K's and Q2_K's into 0..1, Q3_K's
+// third bit k into bit 2.
+template <int kFrom, int kTo, int kWidth>
+inline __m256i field(__m256i h) {
+    const __m256i m = _mm256_set1_epi8(static_cast<char>(((1 << kWidth) - 1) << kTo));
+    if constexpr (kTo > kFrom) return _mm256_and_si256(_mm256_slli_epi16(h, kTo - kFrom), m);
+    if constexpr (kTo < kFrom) return _mm256_and_si256(_mm256_srli_epi16(h, kFrom - kTo), m);
+    return _mm256_and_si256(h, m);
 }
 
 // Vectors K (lo: inputs 4K..) and K + 4 (hi: 16 + 4K..) of half h of a unit
@@ -202,8 +205,8 @@ inline void unit_quants(const uint8_t *nib, int h, __m256i hb, __m256i &lo, __m2
     lo = _mm256_and_si256(n, lo4);
     hi = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
     if constexpr (kFifth) {
-        lo = _mm256_or_si256(lo, fifth_bit<K>(hb));
-        hi = _mm256_or_si256(hi, fifth_bit<K + 4>(hb));
+        lo = _mm256_or_si256(lo, field<K, 4, 1>(hb));
+        hi = _mm256_or_si256(hi, field<K + 4, 4, 1>(hb));
     }
 }
 
@@ -558,29 +561,6 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
     });
 }
 
-// Bits 2t..2t+1 of every byte of h moved to bits 4..5 (the rest cleared).
-template <int T>
-inline __m256i high_bits(__m256i h) {
-    const __m256i m = _mm256_set1_epi8(0x30);
-    if constexpr (T == 0) return _mm256_and_si256(_mm256_slli_epi16(h, 4), m);
-    if constexpr (T == 1) return _mm256_and_si256(_mm256_slli_epi16(h, 2), m);
-    if constexpr (T == 2) return _mm256_and_si256(h, m);
-    return _mm256_and_si256(_mm256_srli_epi16(h, 2), m);
-}
-
-// Bits 2t..2t+1 of every byte of p moved to bits 0..1 (the rest cleared).
-template <int T>
-inline __m256i low_bits(__m256i p) {
-    return _mm256_and_si256(T == 0 ? p : _mm256_srli_epi16(p, 2 * T), _mm256_set1_epi8(3));
-}
-
-// Bit K of every byte of h moved to bit 2 (the rest cleared): Q3_K's third bit.
-template <int K>
-inline __m256i third_bit(__m256i h) {
-    const __m256i moved = K < 2 ? _mm256_slli_epi16(h, 2 - K) : K == 2 ? h : _mm256_srli_epi16(h, K - 2);
-    return _mm256_and_si256(moved, _mm256_set1_epi8(4));
-}
-
 // A K16 type's quants of inputs 4K.. (a) and 16 + 4K.. (b) of unit j's half
 // h, from its bit planes p0 and p1 (Q6_K's high bits, the others' low bits)
 // and Q3_K's third bits t.
@@ -588,14 +568,14 @@ template <K16 kType, int K>
 TOY_INLINE inline void k16_vectors(const uint8_t *wb, int j, int h, __m256i p0, __m256i p1, __m256i t, __m256i &a, __m256i &b) {
     if constexpr (kType == K16::q6_k) {
         const __m256i lo4 = _mm256_set1_epi8(0x0F), n = load(wb + kQ6Ql + 256 * j + 64 * K + 32 * h);
-        a = _mm256_or_si256(_mm256_and_si256(n, lo4), high_bits<K>(p0));
-        b = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), high_bits<K>(p1));
+        a = _mm256_or_si256(_mm256_and_si256(n, lo4), field<2 * K, 4, 2>(p0));
+        b = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), field<2 * K, 4, 2>(p1));
     } else if constexpr (kType == K16::q3_k) {
-        a = _mm256_or_si256(low_bits<K>(p0), third_bit<K>(t));
-        b = _mm256_or_si256(low_bits<K>(p1), third_bit<K + 4>(t));
+        a = _mm256_or_si256(field<2 * K, 0, 2>(p0), field<K, 2, 1>(t));
+        b = _mm256_or_si256(field<2 * K, 0, 2>(p1), field<K + 4, 2, 1>(t));
     } else {
-        a = low_bits<K>(p0);
-        b = low_bits<K>(p1);
+        a = field<2 * K, 0, 2>(p0);
+        b = field<2 * K, 0, 2>(p1);
     }
 }
 

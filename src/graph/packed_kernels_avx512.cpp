@@ -285,14 +285,15 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
             prefetch_part<kStream>(w, kBlock, j, 8);
             __m512i v[8];
             load_k16_unit<kType>(w, j, v);
-            // the scales of the unit's two sub-blocks of 16 as int16 pairs per row
+            // the scales of the unit's two sub-blocks of 16 as int16 pairs per row,
+            // and (Q6_K) each sign-extended to the row's lane
             const __m512i pr = load_k16_scale_pairs<kType>(w, j);
+            const __m512i sa = _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16), sb = _mm512_srai_epi32(pr, 16);
             for (int c = 0; c < C; ++c) {
                 const uint8_t *x = xb[c] + kKQs + 32 * j;
                 const __m512i s0 = dot_u8s8<4, false>(_mm512_setzero_si512(), v, x);
                 const __m512i s1 = dot_u8s8<4, false>(_mm512_setzero_si512(), v + 4, x + 16);
                 if constexpr (kType == K16::q6_k) {
-                    const __m512i sa = _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16), sb = _mm512_srai_epi32(pr, 16);
                     tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(s0, sa), _mm512_mullo_epi32(s1, sb)));
                 } else {
                     // a 2- or 3-bit sub-block's sum fits int16 (|s| <= 16 x 7 x 127): the

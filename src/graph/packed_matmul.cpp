@@ -184,26 +184,28 @@ void put_nibbles(const uint8_t *q, int r, uint8_t *out) {
     }
 }
 
-// The fifth bits of 32 inputs' 5-bit quants q (a unit) for row r: byte i of
-// the row's 4 holds in bit k that of input 4k + i (packed_kernels.h).
-void put_fifth_bits(const uint8_t *q, int r, uint8_t *out) {
-    for (int i = 0; i < 4; ++i) {
-        uint8_t bits = 0;
-        for (int k = 0; k < 8; ++k) bits |= ((q[4 * k + i] >> 4) & 1) << k;
-        out[4 * r + i] = bits;
-    }
+// Bit `shift` of the 32 bytes at src (a unit's inputs in order: the fifth
+// bit of 5-bit quants, Q3_K's hmask bit of unit j) as row r's vector of
+// bits: byte i of the row's 4 holds in bit k that of input 4k + i
+// (packed_kernels.h). Four bytes at a time a 32-bit word (each at most 1,
+// shifted at most 7).
+void put_bit_vector(const uint8_t *src, int shift, int r, uint8_t *out) {
+    uint32_t w[8], bits = 0;  // w[k]: inputs 4k..4k + 3
+    std::memcpy(w, src, sizeof w);
+    for (int k = 0; k < 8; ++k) bits |= ((w[k] >> shift) & 0x01010101u) << k;
+    std::memcpy(out + 4 * r, &bits, 4);
 }
 
-// Q6_K's high 2 bits of 32 inputs' quants q (a unit) for row r as two planes
-// of 64 bytes: plane h's byte 4r + i holds in bits 2t..2t+1 those of input
-// 16h + 4t + i.
-void put_high_bit_pairs(const uint8_t *q, int r, uint8_t *out) {
+// Bits shift..shift + 1 of the 32 bytes at src (a unit's inputs in order:
+// Q6_K's high 2 bits, Q3_K's and Q2_K's 2-bit fields) as row r's part of two
+// planes of 64 bytes: plane h's byte 4r + i holds in bits 2k..2k+1 those of
+// input 16h + 4k + i. Four bytes at a time (each at most 3, shifted at most 6).
+void put_bit_pairs(const uint8_t *src, int shift, int r, uint8_t *out) {
     for (int h = 0; h < 2; ++h) {
-        for (int i = 0; i < 4; ++i) {
-            uint8_t bits = 0;
-            for (int t = 0; t < 4; ++t) bits |= ((q[16 * h + 4 * t + i] >> 4) & 3) << (2 * t);
-            out[64 * h + 4 * r + i] = bits;
-        }
+        uint32_t w[4], plane = 0;  // w[k]: inputs 16h + 4k..16h + 4k + 3
+        std::memcpy(w, src + 16 * h, sizeof w);
+        for (int k = 0; k < 4; ++k) plane |= ((w[k] >> shift) & 0x03030303u) << (2 * k);
+        std::memcpy(out + 64 * h + 4 * r, &plane, 4);
     }
 }
 
@@ -276,7 +278,7 @@ void pack_nibble_group(const Block *in, int64_t nb, uint8_t *out) {
         uint8_t q[kQK];
         block_quants(blk, q);
         put_nibbles(q, r, out + block32_quants(kType));
-        if constexpr (has_fifth(kType)) put_fifth_bits(q, r, out + block32_bits(kType));
+        if constexpr (has_fifth(kType)) put_bit_vector(q, 4, r, out + block32_bits(kType));
     });
 }
 
@@ -330,7 +332,7 @@ void pack_q4_k_group(const Block *in, int64_t nb, uint8_t *out) {
             out[kQ4Sc + 16 * j + r] = sc;
             out[kQ4Min + 32 * (j / 2) + 2 * r + j % 2] = m;
             put_nibbles(q + 32 * j, r, out + kQ4Qs + 256 * j);
-            if constexpr (kBlock == kQ5Block) put_fifth_bits(q + 32 * j, r, out + kQ5Qh + 64 * j);
+            if constexpr (kBlock == kQ5Block) put_bit_vector(q + 32 * j, 4, r, out + kQ5Qh + 64 * j);
         }
     });
 }
@@ -422,33 +424,16 @@ void pack_q6_k_group(const BlockQ6K *in, int64_t nb, uint8_t *out) {
             out[kQ6Sc + 32 * j + 2 * r] = static_cast<uint8_t>(blk.scales[2 * j]);
             out[kQ6Sc + 32 * j + 2 * r + 1] = static_cast<uint8_t>(blk.scales[2 * j + 1]);
             put_nibbles(q + 32 * j, r, out + kQ6Ql + 256 * j);
-            put_high_bit_pairs(q + 32 * j, r, out + kQ6Qh + 128 * j);
+            put_bit_pairs(q + 32 * j, 4, r, out + kQ6Qh + 128 * j);
         }
     });
 }
 
-// Q3_K's and Q2_K's 2-bit fields as Q6_K's planes of high bits, for unit j
-// (values 32j..32j+31) and row r: the field of value 128c + 32t + l is bits
-// 2t..2t+1 of qs[32c + l], so half h of the unit is bits 2t of 16 bytes, four
-// at a time a 32-bit word (each byte at most 3, shifted at most 6).
-void put_two_bit_planes(const uint8_t *qs, int j, int r, uint8_t *out) {
-    const int c = j / 4, t = j % 4;
-    for (int h = 0; h < 2; ++h) {
-        uint32_t w[4], plane = 0;  // w[k]: the fields of inputs 16h + 4k..16h + 4k + 3
-        std::memcpy(w, qs + 32 * c + 16 * h, sizeof w);
-        for (int k = 0; k < 4; ++k) plane |= ((w[k] >> (2 * t)) & 0x03030303u) << (2 * k);
-        std::memcpy(out + 64 * h + 4 * r, &plane, 4);
-    }
-}
-
-// Q3_K's third bits as Q5_K's fifth, for unit j and row r: value v's is bit
-// v / 32 of hmask[v % 32], so bit j of the 32 bytes, four at a time.
-void put_third_bits(const uint8_t *hmask, int j, int r, uint8_t *out) {
-    uint32_t w[8], bits = 0;  // w[k]: inputs 4k..4k + 3 of every unit
-    std::memcpy(w, hmask, sizeof w);
-    for (int k = 0; k < 8; ++k) bits |= ((w[k] >> j) & 0x01010101u) << k;
-    std::memcpy(out + 4 * r, &bits, 4);
-}
+// Q3_K's and Q2_K's 2-bit fields of unit j (values 32j..32j+31) as Q6_K's
+// planes of high bits, for row r: the field of value 128c + 32t + l is bits
+// 2t..2t+1 of qs[32c + l]. (Q3_K's third bit of value v is bit v / 32 of
+// hmask[v % 32]: put_bit_vector(hmask, j, ...).)
+void put_two_bit_planes(const uint8_t *qs, int j, int r, uint8_t *out) { put_bit_pairs(qs + 32 * (j / 4), 2 * (j % 4), r, out); }
 
 // Q3_K: the 6-bit scales less 32 (scale i: its low 4 bits in byte i's low
 // nibble, or i - 8's high nibble from 8 on; its high 2 bits in bits
@@ -463,7 +448,7 @@ void pack_q3_k_group(const BlockQ3K *in, int64_t nb, uint8_t *out) {
         }
         for (int j = 0; j < 8; ++j) {
             put_two_bit_planes(blk.qs, j, r, out + kQ3Ql + 128 * j);
-            put_third_bits(blk.hmask, j, r, out + kQ3Qh + 64 * j);
+            put_bit_vector(blk.hmask, j, r, out + kQ3Qh + 64 * j);
         }
     });
 }
