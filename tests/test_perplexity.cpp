@@ -152,7 +152,12 @@ TEST(Perplexity, BaseFileOfTheSmallestWindowReadsBack) {
     const std::string base = write_base(stories_model(), dir.file("base3.kld"), 3, 5);
     const eval::KlStats k = kl_of(stories_model(), base);
     EXPECT_EQ(k.count, 5);  // one scored position per window
-    EXPECT_LT(std::abs(k.kld.value), 1e-6);
+    // Each stored log-probability is off by at most half a step (8/65535
+    // nats) and the stored probabilities sum to one, so no position's KL
+    // passes that. The mean of five is about 1e-6 either way (1.1e-6 on a
+    // Zen 4, less on the Intel VM: the logits' last bits differ with the
+    // kernel set), too few to average down as the 1449 positions above do.
+    EXPECT_LT(std::abs(k.kld.value), 8.0 / 65535);
 }
 
 // A Q8_0 copy made by toy export, against the F32 model: llama-perplexity's
