@@ -126,16 +126,24 @@ constexpr size_t k16_block(K16 t) { return t == K16::q6_k ? kQ6Block : t == K16:
 // IQ3_S in the same layout (X4 below): its values are d (2 sc + 1) times a
 // grid value (odd, 1..15) and a sign, and the 16 odd numbers -15..15 are 2m
 // - 15 for a nibble m; the scales 2 sc + 1 as the bytes. 25% larger than
-// IQ3_S (4.3 bits a weight where it stores 3.44).
+// IQ3_S (4.3 bits a weight where it stores 3.44). IQ3_XXS likewise: its
+// values are d / 4 (2 ls + 1) times a grid value (4, 12, ..., 52 or 62) and
+// a sign, 16 signed values; the scales 2 ls + 1 as the bytes, d as it is and
+// the 1/4 taken by the tiles (x4_d_factor). 39% larger than IQ3_XXS (4.3
+// bits a weight where it stores 3.06).
 constexpr size_t kX4D = 0, kX4Sc = 32, kX4Qs = 160, kX4Block = 2208;
-enum class X4 { iq4_xs, iq3_s };
+enum class X4 { iq4_xs, iq3_s, iq3_xxs };
 constexpr int8_t kIq3sValues[16] = {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15};
+constexpr int8_t kIq3xxsValues[16] = {-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62};
 // an X4 type's table + offset (128: unsigned, what the tiles multiply; 0: as it is)
 constexpr std::array<uint8_t, 16> x4_table(X4 t, int offset) {
+    const int8_t *values = t == X4::iq4_xs ? kIq4nlValues : t == X4::iq3_s ? kIq3sValues : kIq3xxsValues;
     std::array<uint8_t, 16> v{};
-    for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>((t == X4::iq4_xs ? kIq4nlValues[i] : kIq3sValues[i]) + offset);
+    for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>(values[i] + offset);
     return v;
 }
+// what an X4 type's d is multiplied by (exact in float32)
+constexpr float x4_d_factor(X4 t) { return t == X4::iq3_xxs ? 0.25f : 1.0f; }
 
 // BF16, per group and pair of inputs (2k, 2k+1): one vector of 16 rows x 2
 // bfloat16 (row r's 4 bytes: input 2k in the low half), so one VDPBF16PS
@@ -247,7 +255,7 @@ using WideTileFn = void (*)(const uint8_t *w, size_t group_bytes, int64_t groups
 // configure a thread once and expect it to stay).
 struct WideTiles {
     int cols;
-    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q3_k, q2_k, iq3_s;
+    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q3_k, q2_k, iq3_s, iq3_xxs;
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -256,7 +264,7 @@ struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
-    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *iq4_xs, *q3_k, *q2_k, *iq3_s, *bf16;
+    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *iq4_xs, *q3_k, *q2_k, *iq3_s, *iq3_xxs, *bf16;
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
@@ -287,6 +295,7 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_Q3_K: return k.q3_k;
     case GGML_TYPE_Q2_K: return k.q2_k;
     case GGML_TYPE_IQ3_S: return k.iq3_s;
+    case GGML_TYPE_IQ3_XXS: return k.iq3_xxs;
     case GGML_TYPE_BF16: return k.bf16;
     default: return nullptr;
     }
@@ -319,6 +328,7 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     case GGML_TYPE_Q3_K: return wide.q3_k;
     case GGML_TYPE_Q2_K: return wide.q2_k;
     case GGML_TYPE_IQ3_S: return wide.iq3_s;
+    case GGML_TYPE_IQ3_XXS: return wide.iq3_xxs;
     default: return nullptr;
     }
 }

@@ -258,9 +258,9 @@ inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo
 }
 
 // Q4_K, Q5_K (kBlock kQ5Block: the fifth bits after Q4_K's layout) or
-// IQ4_XS and IQ3_S (kX4Block, the table kTable): units with one byte of
-// scale per row. IQ4_XS's B holds (t[q] + 128) x the signed scale (at most
-// 241 x 32; IQ3_S's 143 x 31), its high byte signed as Q6_K's;
+// IQ4_XS, IQ3_S and IQ3_XXS (kX4Block, the table kTable): units with one
+// byte of scale per row. IQ4_XS's B holds (t[q] + 128) x the signed scale
+// (at most 241 x 32; IQ3_S's 143 x 31, IQ3_XXS's 190 x 31), its high byte signed as Q6_K's;
 // x4_accumulate takes 128 x scale x the input's sums per 32 back.
 template <size_t kBlock, X4 kTable>
 void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
@@ -337,6 +337,7 @@ inline void k16_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const ui
 
 // Super-block b's sums into the accumulators, as the AVX-512 X4 tiles
 // takes its exact total: low + 256 x high less 128 x the scales x the sums per 32.
+template <X4 kTable>
 inline void x4_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uint8_t *w, const KColumns &x) {
     const __m512 dw = load_f16x16(w + kX4D);
     __m512i pairs[4];  // per row the scales of sub-blocks 2p and 2p + 1 as int16 pairs
@@ -348,7 +349,7 @@ inline void x4_accumulate(__m512 *acc, const Sums &lo, const Sums &hi, const uin
     for (int m = 0; m < 16; ++m) {
         __m512i summ = _mm512_setzero_si512();
         for (int p = 0; p < 4; ++p) summ = _mm512_dpwssd_epi32(summ, pairs[p], _mm512_set1_epi32(static_cast<int32_t>(x.sums[p][m])));
-        acc[m] = q8_0_step(acc[m], _mm512_sub_epi32(k_total(lo, hi, m), _mm512_slli_epi32(summ, 7)), dw, x.d[m]);
+        acc[m] = q8_0_step(acc[m], _mm512_sub_epi32(k_total(lo, hi, m), _mm512_slli_epi32(summ, 7)), dw, x.d[m] * x4_d_factor(kTable));
     }
 }
 
@@ -372,7 +373,7 @@ inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (
     tile_store<kHi>(out[1]);
 }
 
-// y for `groups` groups of a K-quant, IQ4_XS or IQ3_S (super-blocks of
+// y for `groups` groups of a K-quant, IQ4_XS, IQ3_S or IQ3_XXS (super-blocks of
 // kBlock bytes; the X4 types' table kTable) and `cols` columns (a multiple
 // of 16) of Q8_K-prepared input.
 template <size_t kBlock, X4 kTable = X4::iq4_xs>
@@ -418,7 +419,7 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
                 if constexpr (kK16) {
                     k16_accumulate<kType>(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else if constexpr (kX4) {
-                    x4_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
+                    x4_accumulate<kTable>(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else {
                     q4_k_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 }
@@ -472,6 +473,7 @@ const WideTiles *amx_tiles() {
                                  k_tiles<kQ3Block>,
                                  k_tiles<kQ2Block>,
                                  k_tiles<kX4Block, X4::iq3_s>,
+                                 k_tiles<kX4Block, X4::iq3_xxs>,
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

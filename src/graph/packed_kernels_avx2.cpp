@@ -513,9 +513,10 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     });
 }
 
-// IQ4_XS and IQ3_S (X4): per unit, the table's signed values through Q8_0's
+// IQ4_XS, IQ3_S and IQ3_XXS (X4): per unit, the table's signed values through Q8_0's
 // sign trick (pairs up to 2 x 127 x 127, widened at once), the exact sum
-// times the unit's signed scale; per super-block d times the input's scale.
+// times the unit's signed scale; per super-block d (x4_d_factor) times the
+// input's scale.
 template <int C, bool kStream, X4 kType>
 void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     if constexpr (C > 4) {
@@ -555,7 +556,7 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
         const __m256 dw = _mm256_cvtph_ps(load128(wb + kX4D + 16 * h));
         for (int c = 0; c < C; ++c) {
             float *yc = y + c * ldy + 8 * h;
-            const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
+            const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD) * x4_d_factor(kType));
             _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[c]), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
         }
     });
@@ -665,7 +666,7 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
                  kIq4xsTiles = TOY_TILES_OF(x4_tile, X4::iq4_xs), kIq3sTiles = TOY_TILES_OF(x4_tile, X4::iq3_s),
-                 kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
+                 kIq3xxsTiles = TOY_TILES_OF(x4_tile, X4::iq3_xxs), kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
                  kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k), kBf16Tiles = TOY_TILES(bf16_tile);
 
 }  // namespace
@@ -677,7 +678,7 @@ const KernelSet *avx2_kernels() {
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
     static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles,
                                &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles,
-                               &kQ3KTiles, &kQ2KTiles, &kIq3sTiles, &kBf16Tiles, true, false, prepare, expand};
+                               &kQ3KTiles, &kQ2KTiles, &kIq3sTiles, &kIq3xxsTiles, &kBf16Tiles, true, false, prepare, expand};
     return &set;
 }
 

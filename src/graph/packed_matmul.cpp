@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -99,6 +100,15 @@ struct BlockIQ3S {
     uint8_t scales[kQKK / 64];
 };
 static_assert(sizeof(BlockIQ3S) == 110, "ggml's block_iq3_s is 110 bytes");
+// IQ3_XXS: per 256 values d / 4 (2 ls + 1) s g, g a grid value picked by a
+// byte (qs); per 32 values a word of four 7-bit sign patterns (the eighth
+// sign makes the number of minus signs even) and ls in its top 4 bits.
+struct BlockIQ3XXS {
+    uint16_t d;  // fp16
+    uint8_t qs[kQKK / 4];
+    uint8_t signs_scales[kQKK / 8];
+};
+static_assert(sizeof(BlockIQ3XXS) == 98, "ggml's block_iq3_xxs is 98 bytes");
 static_assert(sizeof(BlockQ3K) == 110 && sizeof(BlockQ2K) == 84, "ggml's block_q3_K and block_q2_K are 110 and 84 bytes");
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20, "ggml's block_q4_0 and block_q4_1 are 18 and 20 bytes");
@@ -132,7 +142,8 @@ bool format_of(ggml_type type, Format *f) {
     case GGML_TYPE_Q4_K: *f = {kQKK, kQ4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q5_K: *f = {kQKK, kQ5Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_IQ4_XS:
-    case GGML_TYPE_IQ3_S: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_IQ3_S:
+    case GGML_TYPE_IQ3_XXS: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q3_K: *f = {kQKK, kQ3Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q2_K: *f = {kQKK, kQ2Block, GGML_TYPE_Q8_K}; return true;
@@ -350,30 +361,51 @@ void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
     });
 }
 
-// IQ3_S's grid (512 entries of 4 magnitudes g, odd, 1..15) as the nibbles
-// m of 2m - 15 = g (8 + g / 2), 4 to a word, read once from ggml's
-// dequantization of blocks that pick each entry in turn (d 1, scales 1, no
-// signs): block i's values 4k.. are entry 64 i + k, picked by qs[k] and bit
-// k % 8 of qh[k / 8]. A negative value -g is 15 - m: the nibble xor 15.
-const std::array<uint32_t, 512> &iq3s_grid_nibbles() {
-    static const std::array<uint32_t, 512> nibbles = [] {
-        std::array<uint32_t, 512> n{};
-        const auto to_float = ggml_get_type_traits(GGML_TYPE_IQ3_S)->to_float;
-        for (int i = 0; i < 8; ++i) {
-            BlockIQ3S blk{};
-            blk.d = ggml_fp32_to_fp16(1.0f);
-            for (int k = 0; k < 64; ++k) {
-                blk.qs[k] = static_cast<uint8_t>(64 * i + k);
-                blk.qh[k / 8] |= static_cast<uint8_t>(((64 * i + k) >> 8) << (k % 8));
-            }
-            float values[kQKK];
-            to_float(&blk, values, kQKK);
-            for (int k = 0; k < 64; ++k) {
-                for (int p = 0; p < 4; ++p) n[64 * i + k] |= static_cast<uint32_t>(8 + static_cast<int>(values[4 * k + p]) / 2) << (8 * p);
+// A grid of 4-value entries (IQ3_S's 512, IQ3_XXS's 256) as the nibbles of
+// their positive values in an X4 table, 4 to a word, read once from ggml's
+// dequantization of blocks that pick 64 entries each in turn (`pick`: d 1,
+// scales 0, no signs; each value then the grid value times `step`). A
+// negative value -g is 15 - m for g's nibble m: the nibble xor 15.
+template <typename Block, size_t kEntries>
+std::array<uint32_t, kEntries> grid_nibbles(ggml_type type, X4 table, float step, void (*pick)(Block &, int first)) {
+    const std::array<uint8_t, 16> values = x4_table(table, 0);
+    std::array<uint32_t, kEntries> n{};
+    const auto to_float = ggml_get_type_traits(type)->to_float;
+    for (int first = 0; first < static_cast<int>(kEntries); first += 64) {
+        Block blk{};
+        blk.d = ggml_fp32_to_fp16(1.0f);
+        pick(blk, first);
+        float v[kQKK];
+        to_float(&blk, v, kQKK);
+        for (int k = 0; k < 64; ++k) {
+            for (int p = 0; p < 4; ++p) {
+                const auto g = static_cast<int8_t>(std::lround(v[4 * k + p] / step));
+                const auto m = std::find(values.begin(), values.end(), static_cast<uint8_t>(g)) - values.begin();
+                n[first + k] |= static_cast<uint32_t>(m) << (8 * p);
             }
         }
-        return n;
-    }();
+    }
+    return n;
+}
+
+// IQ3_S's: block values 4k.. are the entry picked by qs[k] and bit k % 8 of
+// qh[k / 8]; d (2 sc + 1) with sc 0 is 1.
+const std::array<uint32_t, 512> &iq3s_grid_nibbles() {
+    static const auto nibbles = grid_nibbles<BlockIQ3S, 512>(GGML_TYPE_IQ3_S, X4::iq3_s, 1.0f, [](BlockIQ3S &blk, int first) {
+        for (int k = 0; k < 64; ++k) {
+            blk.qs[k] = static_cast<uint8_t>(first + k);
+            blk.qh[k / 8] |= static_cast<uint8_t>(((first + k) >> 8) << (k % 8));
+        }
+    });
+    return nibbles;
+}
+
+// IQ3_XXS's: block values 4k.. are the entry picked by qs[k]; d / 4 (2 ls +
+// 1) with ls 0 is 1/4.
+const std::array<uint32_t, 256> &iq3xxs_grid_nibbles() {
+    static const auto nibbles = grid_nibbles<BlockIQ3XXS, 256>(GGML_TYPE_IQ3_XXS, X4::iq3_xxs, 0.25f, [](BlockIQ3XXS &blk, int first) {
+        for (int k = 0; k < 64; ++k) blk.qs[k] = static_cast<uint8_t>(first + k);
+    });
     return nibbles;
 }
 
@@ -400,6 +432,29 @@ void pack_iq3_s_group(const BlockIQ3S *in, int64_t nb, uint8_t *out) {
             for (int k = 0; k < 8; ++k) {
                 const int entry = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
                 const uint32_t m = grid[entry] ^ kSignFlips[(blk.signs[4 * j + k / 2] >> (4 * (k % 2))) & 15];
+                std::memcpy(q + 4 * k, &m, sizeof m);
+            }
+            put_nibbles(q, r, out + kX4Qs + 256 * j);
+        }
+    });
+}
+
+// IQ3_XXS in IQ4_XS's layout: the scales 2 ls + 1, and each value's signed
+// grid value as its nibble in kIq3xxsValues (the tiles take d's 1/4).
+// Values 4k.. of sub-block j: grid entry qs[8j + k], their signs bits 4 (k %
+// 2).. of the 8 signs of the 7-bit pattern k / 2 in sub-block j's word.
+void pack_iq3_xxs_group(const BlockIQ3XXS *in, int64_t nb, uint8_t *out) {
+    const auto &grid = iq3xxs_grid_nibbles();
+    for_each_row_block(in, nb, kX4Block, out, [&grid](const BlockIQ3XXS &blk, int r, uint8_t *out) {
+        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+        for (int j = 0; j < 8; ++j) {
+            uint32_t word;
+            std::memcpy(&word, blk.signs_scales + 4 * j, sizeof word);
+            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * (word >> 28) + 1);
+            uint8_t q[kQK];
+            for (int k = 0; k < 8; ++k) {
+                const uint32_t seven = (word >> (7 * (k / 2))) & 127, signs = seven | (__builtin_parity(seven) << 7);
+                const uint32_t m = grid[blk.qs[8 * j + k]] ^ kSignFlips[(signs >> (4 * (k % 2))) & 15];
                 std::memcpy(q + 4 * k, &m, sizeof m);
             }
             put_nibbles(q, r, out + kX4Qs + 256 * j);
@@ -705,6 +760,7 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         case GGML_TYPE_Q5_K: pack_q4_k_group<BlockQ5K, kQ5Block>(reinterpret_cast<const BlockQ5K *>(s), depth, d); break;
         case GGML_TYPE_IQ4_XS: pack_iq4_xs_group(reinterpret_cast<const BlockIQ4XS *>(s), depth, d); break;
         case GGML_TYPE_IQ3_S: pack_iq3_s_group(reinterpret_cast<const BlockIQ3S *>(s), depth, d); break;
+        case GGML_TYPE_IQ3_XXS: pack_iq3_xxs_group(reinterpret_cast<const BlockIQ3XXS *>(s), depth, d); break;
         case GGML_TYPE_BF16:
             pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;
