@@ -141,6 +141,33 @@ TEST(Bench, RooflineJson) {
     EXPECT_GT(j[0]["ceiling_fraction"].get<double>(), 0.0);
     EXPECT_EQ(j[0]["bytes_per_token"].get<int64_t>(),
               j[0]["weight_bytes_per_token"].get<int64_t>() + j[0]["kv_bytes_per_token"].get<int64_t>());
+    EXPECT_GT(j[0]["weights_bandwidth_gbs"].get<double>(), 0.0);
+    EXPECT_NEAR(j[0]["weights_ceiling_ts"].get<double>() * j[0]["bytes_per_token"].get<double>(),
+                j[0]["weights_bandwidth_gbs"].get<double>() * 1e9, 1e-6 * j[0]["weights_bandwidth_gbs"].get<double>() * 1e9);
+}
+
+// The weights' probe reads what a decode step reads of them, in whole 256-byte
+// steps: every weight but an embedding of which a decode gathers one row.
+TEST(Bench, WeightProbeReadsTheDecodesWeights) {
+    for (const std::string &path : {kTied, kUntied}) {
+        SCOPED_TRACE(path);
+        auto m = toy::Model::load(path);
+        const toy::DecodeBytes d = toy::decode_bytes_per_token(*m, 1, GGML_TYPE_F16, GGML_TYPE_F16);
+        size_t skipped = 0, tensors = 0;
+        for (const ggml_tensor *t : m->bound_tensors()) {
+            ++tensors;
+            // the one row of the embedding that d counts (untied, or tied to a converted copy), which the
+            // probe leaves out with the rest of it
+            if (t == m->weights().tok_embd && m->weights().output != t) skipped = ggml_row_size(t->type, t->ne[0]);
+        }
+        for (int threads : {1, 2, 3}) {
+            const toy::BandwidthResult r = toy::measure_weight_bandwidth(*m, threads, 1);
+            EXPECT_EQ(r.n_threads, threads);
+            EXPECT_GT(r.gb_per_s, 0.0);
+            EXPECT_LE(r.buffer_bytes, d.weights - skipped);
+            EXPECT_GT(r.buffer_bytes + 256 * tensors, d.weights - skipped);
+        }
+    }
 }
 
 TEST(Bench, DecodeBytesTiedCountsTheWholeEmbedding) {

@@ -15,7 +15,8 @@
 // printed when its test is done (md, csv, json or jsonl).
 //
 // --roofline adds a memory-bandwidth probe and, with -m, the decode ceiling:
-// bandwidth / bytes read per generated token (runtime/bandwidth.h).
+// bandwidth / bytes read per generated token (runtime/bandwidth.h), from a
+// fresh buffer and from the model's own weights where they lie.
 #include "apps/cli.h"
 #include "apps/session_options.h"
 #include "core/error.h"
@@ -78,6 +79,7 @@ struct TestResult {
     std::optional<DecodeBytes> decode_bytes;  // tg tests under --roofline
     Session::GraphWork graph;                 // the last graph the test evaluated (tg: one decode step)
     double ceiling_ts = 0.0;
+    double weights_ceiling_ts = 0.0;  // the same from the model's own weights' bandwidth
 
     std::string name() const {
         const std::string depth = n_depth > 0 ? fmt::format(" @ d{}", n_depth) : "";
@@ -488,15 +490,17 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
     const size_t rss = after_tests["peak_rss_bytes"];
     const double load_first_eval_ms = after_tests["load_first_eval_ms"];
 
-    std::optional<BandwidthResult> bw;
+    std::optional<BandwidthResult> bw, own;
     if (o.roofline) {
         bw = measure_read_bandwidth(n_threads, (size_t)o.roofline_mib << 20);
+        own = measure_weight_bandwidth(*model, n_threads);
         for (auto &r : results) {
             if (r.n_prompt != 0) continue;
             const SessionOptions so = session_options(o, r.inst);
             // a tg run attends depth + 1..n_gen cells; on average depth + n_gen / 2
             r.decode_bytes = decode_bytes_per_token(*model, std::max(1, r.n_depth + r.n_gen / 2), so.type_k, so.type_v);
             r.ceiling_ts = bw->gb_per_s * 1e9 / (double)r.decode_bytes->total();
+            r.weights_ceiling_ts = own->gb_per_s * 1e9 / (double)r.decode_bytes->total();
         }
     }
     if (at_once) {
@@ -510,6 +514,9 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                 extra["kv_bytes_per_token"] = r.decode_bytes->kv;
                 extra["ceiling_ts"] = r.ceiling_ts;
                 extra["ceiling_fraction"] = mean(r.samples_ts) / r.ceiling_ts;
+                extra["weights_bandwidth_gbs"] = own->gb_per_s;
+                extra["weights_ceiling_ts"] = r.weights_ceiling_ts;
+                extra["weights_ceiling_fraction"] = mean(r.samples_ts) / r.weights_ceiling_ts;
             }
             printer.row(r, extra);
         }
@@ -540,6 +547,14 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                         std::max(1, r.n_depth + r.n_gen / 2), r.ceiling_ts, mean(r.samples_ts),
                         100.0 * mean(r.samples_ts) / r.ceiling_ts);
         }
+        std::printf("the model's own weights: read at %.2f GB/s (best of %d; mean %.2f GB/s; %.1f MB a pass, where they "
+                    "lie in this process)\n",
+                    own->gb_per_s, own->runs, own->mean_gb_per_s, own->buffer_bytes / 1e6);
+        for (const auto &r : results) {
+            if (!r.decode_bytes) continue;
+            std::printf("%s: ceiling from them %.2f t/s; measured = %.1f%% of it\n", r.name().c_str(), r.weights_ceiling_ts,
+                        100.0 * mean(r.samples_ts) / r.weights_ceiling_ts);
+        }
     }
     return 0;
 }
@@ -567,7 +582,8 @@ Command reg("bench", "Measure prompt (pp) and generation (tg) speed like llama-b
                 app.add_option("-o,--output", o->output, "output format: md, csv, json or jsonl (llama-bench's fields)");
                 app.add_flag("--no-warmup", o->no_warmup, "skip the warmup run before each test");
                 app.add_flag("--roofline", o->roofline,
-                             "measure memory read bandwidth; with -m also the tg ceiling (pp only with an explicit -p)");
+                             "measure memory read bandwidth; with -m also the tg ceiling, from a fresh buffer and from the model's own weights "
+                             "(pp only with an explicit -p)");
                 app.add_option("--roofline-mib", o->roofline_mib,
                                "bandwidth probe buffer in MiB (0: max(1 GiB, 4 x L3), at most a quarter of memory)");
                 app.add_option("-s,--seed", o->seed, "seed of the random tokens");

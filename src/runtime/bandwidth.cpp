@@ -4,6 +4,7 @@
 #include "core/parallel.h"
 
 #include <ggml-alloc.h>
+#include <ggml-backend.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,10 +44,10 @@ uint64_t read_scalar(const uint8_t *p, size_t n) {
 __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t *p, size_t n) {
     __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
     for (size_t i = 0; i < n; i += 128) {
-        a = _mm256_add_epi64(a, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i)));
-        b = _mm256_add_epi64(b, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 32)));
-        c = _mm256_add_epi64(c, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 64)));
-        d = _mm256_add_epi64(d, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 96)));
+        a = _mm256_add_epi64(a, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + i)));
+        b = _mm256_add_epi64(b, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + i + 32)));
+        c = _mm256_add_epi64(c, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + i + 64)));
+        d = _mm256_add_epi64(d, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + i + 96)));
     }
     __m256i s = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
     alignas(32) uint64_t out[4];
@@ -57,10 +58,10 @@ __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t *p, size_t n) {
 __attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t *p, size_t n) {
     __m512i a = _mm512_set1_epi64(0), b = a, c = a, d = a;
     for (size_t i = 0; i < n; i += 256) {
-        a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
-        b = _mm512_add_epi64(b, _mm512_load_si512(p + i + 64));
-        c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
-        d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
+        a = _mm512_add_epi64(a, _mm512_loadu_si512(p + i));
+        b = _mm512_add_epi64(b, _mm512_loadu_si512(p + i + 64));
+        c = _mm512_add_epi64(c, _mm512_loadu_si512(p + i + 128));
+        d = _mm512_add_epi64(d, _mm512_loadu_si512(p + i + 192));
     }
     alignas(64) uint64_t out[8];
     _mm512_store_si512(out, _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_xor_si512(c, d)));
@@ -94,40 +95,42 @@ struct AlignedBuffer {
     ~AlignedBuffer() { std::free(p); }
 };
 
-}  // namespace
+// Bytes a thread reads: whole multiples of every kernel's step (256 bytes).
+struct Span {
+    const uint8_t *p;
+    size_t n;
+};
+constexpr size_t kStep = 256;
 
-BandwidthResult measure_read_bandwidth(int n_threads, size_t buffer_bytes, int runs) {
-    n_threads = thread_count(n_threads);
-    if (runs <= 0) runs = 1;
-    if (buffer_bytes == 0) buffer_bytes = default_buffer_bytes();
-    // every thread's slice is a multiple of 2 MiB, so slices stay aligned for any kernel
-    const size_t slice = std::max(kAlign, buffer_bytes / (size_t)n_threads / kAlign * kAlign);
-    const size_t total = slice * (size_t)n_threads;
-    AlignedBuffer buf(total);
-    if (!buf.p) fail("--roofline: could not allocate a {} MiB buffer for the bandwidth probe", total >> 20);
+template <typename Fn>
+void on_threads(int n_threads, Fn &&fn) {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < n_threads; ++i) ts.emplace_back(fn, i);
+    for (auto &t : ts) t.join();
+}
 
+// `runs` timed passes in which thread i reads its spans (`pieces[i]`) with the
+// CPU's kernel, after `warmups` untimed ones: r's best and mean GB/s.
+BandwidthResult time_passes(const std::vector<std::vector<Span>> &pieces, int runs, int warmups) {
     BandwidthResult r;
-    r.buffer_bytes = total;
-    r.n_threads = n_threads;
-    r.runs = runs;
+    r.n_threads = (int)pieces.size();
+    r.runs = runs = std::max(runs, 1);
+    for (const auto &spans : pieces)
+        for (const Span &s : spans) r.buffer_bytes += s.n;
     ReadFn read = pick_kernel(&r.kernel);
-
-    auto parallel = [&](auto &&fn) {
-        std::vector<std::thread> ts;
-        for (int i = 0; i < n_threads; ++i) ts.emplace_back(fn, i);
-        for (auto &t : ts) t.join();
+    std::vector<uint64_t> sink(pieces.size());
+    auto pass = [&] {
+        on_threads(r.n_threads, [&](int i) {
+            for (const Span &s : pieces[i]) sink[i] += read(s.p, s.n);
+        });
     };
-    // first touch by the reading thread (pages land on its NUMA node); nonzero
-    // bytes so no page can stay the shared zero page
-    parallel([&](int i) { std::memset(buf.p + slice * i, 0x5a, slice); });
-
-    std::vector<uint64_t> sink(n_threads);
+    for (int w = 0; w < warmups; ++w) pass();
     double sum = 0.0;
     for (int run = 0; run < runs; ++run) {
         auto t0 = std::chrono::steady_clock::now();
-        parallel([&](int i) { sink[i] += read(buf.p + slice * i, slice); });
+        pass();
         double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        double gbs = (double)total / s / 1e9;
+        double gbs = (double)r.buffer_bytes / s / 1e9;
         r.gb_per_s = std::max(r.gb_per_s, gbs);
         sum += gbs;
     }
@@ -138,14 +141,61 @@ BandwidthResult measure_read_bandwidth(int n_threads, size_t buffer_bytes, int r
     return r;
 }
 
+// Whether a decode step reads one row of a weight (get_rows) rather than all of it.
+bool gathered(const Weights &w, const ggml_tensor *t) { return (t == w.tok_embd && w.output != w.tok_embd) || t == w.pos_embd; }
+
+}  // namespace
+
+BandwidthResult measure_read_bandwidth(int n_threads, size_t buffer_bytes, int runs) {
+    n_threads = thread_count(n_threads);
+    if (buffer_bytes == 0) buffer_bytes = default_buffer_bytes();
+    // every thread's slice is a multiple of 2 MiB, so slices stay aligned for any kernel
+    const size_t slice = std::max(kAlign, buffer_bytes / (size_t)n_threads / kAlign * kAlign);
+    const size_t total = slice * (size_t)n_threads;
+    AlignedBuffer buf(total);
+    if (!buf.p) fail("--roofline: could not allocate a {} MiB buffer for the bandwidth probe", total >> 20);
+    // first touch by the reading thread (pages land on its NUMA node); nonzero
+    // bytes so no page can stay the shared zero page
+    on_threads(n_threads, [&](int i) { std::memset(buf.p + slice * i, 0x5a, slice); });
+    std::vector<std::vector<Span>> pieces(n_threads);
+    for (int i = 0; i < n_threads; ++i) pieces[i] = {{buf.p + slice * i, slice}};
+    return time_passes(pieces, runs, 0);
+}
+
+BandwidthResult measure_weight_bandwidth(const Model &model, int n_threads, int runs) {
+    n_threads = thread_count(n_threads);
+    std::vector<Span> spans;
+    size_t total = 0;
+    for (const ggml_tensor *t : model.bound_tensors()) {
+        if (gathered(model.weights(), t) || !t->data || !t->buffer || !ggml_backend_buffer_is_host(t->buffer)) continue;
+        const size_t n = ggml_nbytes(t) / kStep * kStep;
+        if (n > 0) spans.push_back({static_cast<const uint8_t *>(t->data), n}), total += n;
+    }
+    if (total == 0) fail("--roofline: the model has no weights in host memory to read");
+    // thread i reads bytes [i, i + 1) x total / n_threads of the spans laid end to end
+    std::vector<std::vector<Span>> pieces(n_threads);
+    size_t at = 0;
+    for (const Span &s : spans) {
+        for (size_t o = 0; o < s.n;) {
+            const int i = std::min<int>(n_threads - 1, (int)((at + o) * n_threads / total));
+            const size_t end = ((size_t)(i + 1) * total / n_threads + kStep - 1) / kStep * kStep;
+            const size_t n = std::min(s.n - o, std::max(kStep, end - (at + o)));
+            pieces[i].push_back({s.p + o, n});
+            o += n;
+        }
+        at += s.n;
+    }
+    // one pass first: mapped pages fault in, as they have by a decode's end
+    return time_passes(pieces, runs, 1);
+}
+
 DecodeBytes decode_bytes_per_token(const Model &model, int64_t n_ctx_tokens, ggml_type type_k, ggml_type type_v) {
     const Config &c = model.config();
     const Weights &w = model.weights();
     DecodeBytes b;
     for (const ggml_tensor *t : model.bound_tensors()) {
         size_t n = ggml_nbytes(t);
-        const bool gathered = (t == w.tok_embd && w.output != w.tok_embd) || t == w.pos_embd;
-        if (gathered) {
+        if (gathered(w, t)) {
             n = ggml_row_size(t->type, t->ne[0]);  // get_rows reads one row per token
         } else if (c.n_expert > 0 && ggml_n_dims(t) == 3) {
             n = n / (size_t)c.n_expert * (size_t)c.n_expert_used;  // stacked experts: only the chosen are read

@@ -30,6 +30,14 @@ struct BandwidthResult {
 // first. Returns the best of `runs`. Throws toy::Error when allocation fails.
 BandwidthResult measure_read_bandwidth(int n_threads, size_t buffer_bytes = 0, int runs = 5);
 
+// The same read over the weights a decode step reads, where they are (the
+// model's tensors in host memory, the gathered embeddings left out; expert
+// tensors whole), in this process, after one untimed pass. buffer_bytes: the
+// bytes one pass reads. Where memory is not uniformly fast (a VM whose
+// allocations land on faster or slower memory, a NUMA machine), this is the
+// ceiling of this model's decode, which a fresh buffer need not show.
+BandwidthResult measure_weight_bandwidth(const Model &model, int n_threads, int runs = 5);
+
 struct DecodeBytes {
     size_t weights = 0;   // weight bytes read by one decode step
     size_t kv = 0;        // K and V cache bytes read at the given context
