@@ -500,7 +500,7 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
             // a tg run attends depth + 1..n_gen cells; on average depth + n_gen / 2
             r.decode_bytes = decode_bytes_per_token(*model, std::max(1, r.n_depth + r.n_gen / 2), so.type_k, so.type_v);
             r.ceiling_ts = bw->gb_per_s * 1e9 / (double)r.decode_bytes->total();
-            r.weights_ceiling_ts = own->gb_per_s * 1e9 / (double)r.decode_bytes->total();
+            if (own->buffer_bytes > 0) r.weights_ceiling_ts = own->gb_per_s * 1e9 / (double)r.decode_bytes->total();
         }
     }
     if (at_once) {
@@ -514,9 +514,11 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                 extra["kv_bytes_per_token"] = r.decode_bytes->kv;
                 extra["ceiling_ts"] = r.ceiling_ts;
                 extra["ceiling_fraction"] = mean(r.samples_ts) / r.ceiling_ts;
-                extra["weights_bandwidth_gbs"] = own->gb_per_s;
-                extra["weights_ceiling_ts"] = r.weights_ceiling_ts;
-                extra["weights_ceiling_fraction"] = mean(r.samples_ts) / r.weights_ceiling_ts;
+                if (own->buffer_bytes > 0) {
+                    extra["weights_bandwidth_gbs"] = own->gb_per_s;
+                    extra["weights_ceiling_ts"] = r.weights_ceiling_ts;
+                    extra["weights_ceiling_fraction"] = mean(r.samples_ts) / r.weights_ceiling_ts;
+                }
             }
             printer.row(r, extra);
         }
@@ -547,13 +549,15 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                         std::max(1, r.n_depth + r.n_gen / 2), r.ceiling_ts, mean(r.samples_ts),
                         100.0 * mean(r.samples_ts) / r.ceiling_ts);
         }
-        std::printf("the model's own weights: read at %.2f GB/s (best of %d; mean %.2f GB/s; %.1f MB a pass, where they "
-                    "lie in this process)\n",
-                    own->gb_per_s, own->runs, own->mean_gb_per_s, own->buffer_bytes / 1e6);
-        for (const auto &r : results) {
-            if (!r.decode_bytes) continue;
-            std::printf("%s: ceiling from them %.2f t/s; measured = %.1f%% of it\n", r.name().c_str(), r.weights_ceiling_ts,
-                        100.0 * mean(r.samples_ts) / r.weights_ceiling_ts);
+        if (own->buffer_bytes > 0) {  // (none with weights on a device)
+            std::printf("the model's own weights: read at %.2f GB/s (best of %d; mean %.2f GB/s; %.1f MB a pass, where "
+                        "they lie in this process)\n",
+                        own->gb_per_s, own->runs, own->mean_gb_per_s, own->buffer_bytes / 1e6);
+            for (const auto &r : results) {
+                if (!r.decode_bytes) continue;
+                std::printf("%s: ceiling from them %.2f t/s; measured = %.1f%% of it\n", r.name().c_str(),
+                            r.weights_ceiling_ts, 100.0 * mean(r.samples_ts) / r.weights_ceiling_ts);
+            }
         }
     }
     return 0;

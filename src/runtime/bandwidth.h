@@ -35,7 +35,8 @@ BandwidthResult measure_read_bandwidth(int n_threads, size_t buffer_bytes = 0, i
 // tensors whole), in this process, after one untimed pass. buffer_bytes: the
 // bytes one pass reads. Where memory is not uniformly fast (a VM whose
 // allocations land on faster or slower memory, a NUMA machine), this is the
-// ceiling of this model's decode, which a fresh buffer need not show.
+// ceiling of this model's decode, which a fresh buffer need not show. A
+// model with weights off the host (offloaded): an empty result (0 bytes).
 BandwidthResult measure_weight_bandwidth(const Model &model, int n_threads, int runs = 5);
 
 struct DecodeBytes {
