@@ -46,7 +46,9 @@ inline __m512i field(__m512i h) {
 // v | field<kFrom, kTo, kWidth>(h), in one instruction.
 template <int kFrom, int kTo, int kWidth>
 inline __m512i with_field(__m512i v, __m512i h) {
-    return _mm512_ternarylogic_epi32(v, shifted<kFrom, kTo>(h), _mm512_set1_epi8(field_mask(kTo, kWidth)), 0xF8);
+    // clang defines the intrinsic as a macro, which would split a template call at its comma
+    const __m512i moved = shifted<kFrom, kTo>(h);
+    return _mm512_ternarylogic_epi32(v, moved, _mm512_set1_epi8(field_mask(kTo, kWidth)), 0xF8);
 }
 
 // The 8 vectors of a unit of 5-bit quants (32 inputs of 16 rows: Q5_K's
