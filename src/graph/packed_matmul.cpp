@@ -418,6 +418,19 @@ constexpr std::array<uint32_t, 16> kSignFlips = [] {
     return f;
 }();
 
+// One sub-block (32 values, 8 grid entries of 4) of a grid type for row r
+// in IQ4_XS's layout: d, the scale byte, and each value's nibble: entry k's
+// word of nibbles from the grid, flipped (xor 15) where bits 4 (k % 2).. of
+// signs[k / 2] are set.
+void put_grid_unit(const uint32_t *grid, const int (&entry)[8], const uint8_t (&signs)[4], int r, uint8_t *out) {
+    uint8_t q[kQK];
+    for (int k = 0; k < 8; ++k) {
+        const uint32_t m = grid[entry[k]] ^ kSignFlips[(signs[k / 2] >> (4 * (k % 2))) & 15];
+        std::memcpy(q + 4 * k, &m, sizeof m);
+    }
+    put_nibbles(q, r, out);
+}
+
 // IQ3_S in IQ4_XS's layout: the scales 2 sc + 1, and each value's signed
 // grid value (odd, -15..15) as the nibble m of 2m - 15 (kIq3sValues).
 // Values 4k.. of sub-block j: grid entry qs[8j + k] | (bit k of qh[j]) << 8,
@@ -428,13 +441,11 @@ void pack_iq3_s_group(const BlockIQ3S *in, int64_t nb, uint8_t *out) {
         std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
         for (int j = 0; j < 8; ++j) {
             out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * ((blk.scales[j / 2] >> (4 * (j % 2))) & 15) + 1);
-            uint8_t q[kQK];
-            for (int k = 0; k < 8; ++k) {
-                const int entry = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
-                const uint32_t m = grid[entry] ^ kSignFlips[(blk.signs[4 * j + k / 2] >> (4 * (k % 2))) & 15];
-                std::memcpy(q + 4 * k, &m, sizeof m);
-            }
-            put_nibbles(q, r, out + kX4Qs + 256 * j);
+            int entry[8];
+            for (int k = 0; k < 8; ++k) entry[k] = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
+            uint8_t signs[4];
+            std::memcpy(signs, blk.signs + 4 * j, sizeof signs);
+            put_grid_unit(grid.data(), entry, signs, r, out + kX4Qs + 256 * j);
         }
     });
 }
@@ -451,13 +462,14 @@ void pack_iq3_xxs_group(const BlockIQ3XXS *in, int64_t nb, uint8_t *out) {
             uint32_t word;
             std::memcpy(&word, blk.signs_scales + 4 * j, sizeof word);
             out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * (word >> 28) + 1);
-            uint8_t q[kQK];
-            for (int k = 0; k < 8; ++k) {
-                const uint32_t seven = (word >> (7 * (k / 2))) & 127, signs = seven | (__builtin_parity(seven) << 7);
-                const uint32_t m = grid[blk.qs[8 * j + k]] ^ kSignFlips[(signs >> (4 * (k % 2))) & 15];
-                std::memcpy(q + 4 * k, &m, sizeof m);
+            int entry[8];
+            for (int k = 0; k < 8; ++k) entry[k] = blk.qs[8 * j + k];
+            uint8_t signs[4];
+            for (int l = 0; l < 4; ++l) {
+                const uint32_t seven = (word >> (7 * l)) & 127;
+                signs[l] = static_cast<uint8_t>(seven | (__builtin_parity(seven) << 7));
             }
-            put_nibbles(q, r, out + kX4Qs + 256 * j);
+            put_grid_unit(grid.data(), entry, signs, r, out + kX4Qs + 256 * j);
         }
     });
 }
