@@ -35,7 +35,6 @@ inline __m512i shifted(__m512i h) {
     if constexpr (kTo < kFrom) return _mm512_srli_epi16(h, kFrom - kTo);
     return h;
 }
-constexpr char field_mask(int to, int width) { return static_cast<char>(((1 << width) - 1) << to); }
 
 // The kWidth bits of every byte of h from bit kFrom, moved to bit kTo (the rest cleared).
 template <int kFrom, int kTo, int kWidth>

@@ -150,6 +150,10 @@ constexpr float x4_d_factor(X4 t) { return t == X4::iq3_xxs ? 0.25f : 1.0f; }
 // multiplies both inputs of all 16 rows by a broadcast pair of a column. Same
 // size as BF16. The input column: its values as bfloat16, in order (pairs).
 
+// The byte mask of a field of `width` bits at bit `to`: what the kernels' bit
+// moves keep of a byte after shifting a field of the packed bits there.
+constexpr char field_mask(int to, int width) { return static_cast<char>(((1 << width) - 1) << to); }
+
 // A vector of 16 rows is 64 bytes: rows 0-7 in its first 32 bytes, rows
 // 8-15 in the second (the 256-bit kernels take a group as two halves).
 

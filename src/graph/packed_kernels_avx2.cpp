@@ -189,7 +189,7 @@ constexpr int kF16Cols = 6;
 // third bit k into bit 2.
 template <int kFrom, int kTo, int kWidth>
 inline __m256i field(__m256i h) {
-    const __m256i m = _mm256_set1_epi8(static_cast<char>(((1 << kWidth) - 1) << kTo));
+    const __m256i m = _mm256_set1_epi8(field_mask(kTo, kWidth));
     if constexpr (kTo > kFrom) return _mm256_and_si256(_mm256_slli_epi16(h, kTo - kFrom), m);
     if constexpr (kTo < kFrom) return _mm256_and_si256(_mm256_srli_epi16(h, kFrom - kTo), m);
     return _mm256_and_si256(h, m);
