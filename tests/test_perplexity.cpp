@@ -158,6 +158,8 @@ TEST(Perplexity, BaseFileOfTheSmallestWindowReadsBack) {
     // Zen 4, less on the Intel VM: the logits' last bits differ with the
     // kernel set), too few to average down as the 1449 positions above do.
     EXPECT_LT(std::abs(k.kld.value), 8.0 / 65535);
+    EXPECT_LT(k.kld_q.max, 8.0 / 65535);  // every position, not only their mean
+    EXPECT_EQ(k.same_top.value, 1.0);      // the rows read back are the positions' own
 }
 
 // A Q8_0 copy made by toy export, against the F32 model: llama-perplexity's
