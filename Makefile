@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 MODEL ?= models/toy-stories.gguf
 
-.PHONY: all deps configure build run test cuda-check test-asan test-tsan build-cuda fuzz clean default-model
+.PHONY: all deps configure build run test clang-check cuda-check test-asan test-tsan build-cuda fuzz clean default-model
 
 all: build
 
@@ -31,7 +31,17 @@ tests/node/node_modules/.package-lock.json: tests/node/package-lock.json
 
 test: build tests/node/node_modules/.package-lock.json
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory clang-check
 	@$(MAKE) --no-print-directory cuda-check
+
+# The clang compile check of `make test` (CI), after the tests: toy's own
+# sources (src/, fuzz/) parsed and type-checked by clang with the flags of the
+# GCC build (scripts/clang-check.sh; installs Debian's clang as root when
+# missing). About a minute on 2 cores. TOY_CLANG_CHECK=0 skips it.
+TOY_CLANG_CHECK ?= 1
+clang-check:
+	@if [ "$(TOY_CLANG_CHECK)" = 0 ]; then echo "clang-check: skipped (TOY_CLANG_CHECK=0)"; \
+	else scripts/clang-check.sh $(BUILD); fi
 
 # The CUDA compile check of `make test` (CI), after the tests: ggml's CUDA
 # backend and toy linked against it (build-cuda below, target toy), where

@@ -289,7 +289,7 @@ void Vocab::finish_special_tokens(const gguf::File &file) {
         }
     };
     detect(eot_, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-                  "<EOT>", "_<EOT>", "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                  "<EOT>", "_<EOT>", "[EOT]", ("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"),
                   "<end_of_utterance>"});
     detect(eom_, {"<|eom_id|>"});
     int32_t fim_pre = kNoToken, fim_suf = kNoToken, fim_mid = kNoToken;
@@ -332,7 +332,7 @@ void Vocab::finish_special_tokens(const gguf::File &file) {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
         "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
         "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-        "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[",
+        ("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"), "[e~[",
     };
     for (const char *t : kEogTexts) {
         int32_t id = find_token(t);
