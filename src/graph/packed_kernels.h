@@ -130,20 +130,33 @@ constexpr size_t k16_block(K16 t) { return t == K16::q6_k ? kQ6Block : t == K16:
 // values are d / 4 (2 ls + 1) times a grid value (4, 12, ..., 52 or 62) and
 // a sign, 16 signed values; the scales 2 ls + 1 as the bytes, d as it is and
 // the 1/4 taken by the tiles (x4_d_factor). 39% larger than IQ3_XXS (4.3
-// bits a weight where it stores 3.06).
+// bits a weight where it stores 3.06). IQ2_XXS: d / 8 (2 ls + 1) times a
+// grid value (8, 25 or 43) and a sign, 6 signed values in a table of 16
+// (the rest 0; the tiles take d's 1/8); 2.06 times IQ2_XXS's size (4.3 bits
+// a weight where it stores 2.06), so the types that grow are packed only
+// where memory allows (Model::load).
 constexpr size_t kX4D = 0, kX4Sc = 32, kX4Qs = 160, kX4Block = 2208;
-enum class X4 { iq4_xs, iq3_s, iq3_xxs };
+enum class X4 { iq4_xs, iq3_s, iq3_xxs, iq2_xxs };
+constexpr int kX4Types = 4;
 constexpr int8_t kIq3sValues[16] = {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15};
 constexpr int8_t kIq3xxsValues[16] = {-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62};
-// an X4 type's table + offset (128: unsigned, what the tiles multiply; 0: as it is)
+constexpr int8_t kIq2xxsValues[16] = {-43, -25, -8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 25, 43};
+// an X4 type's table + offset (128: unsigned, what the tiles multiply; 0: as
+// it is). Every table is odd (t[15 - m] = -t[m]): a nibble's xor 15 negates it.
 constexpr std::array<uint8_t, 16> x4_table(X4 t, int offset) {
-    const int8_t *values = t == X4::iq4_xs ? kIq4nlValues : t == X4::iq3_s ? kIq3sValues : kIq3xxsValues;
+    const int8_t *values = t == X4::iq4_xs ? kIq4nlValues : t == X4::iq3_s ? kIq3sValues
+                         : t == X4::iq3_xxs ? kIq3xxsValues : kIq2xxsValues;
     std::array<uint8_t, 16> v{};
     for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>(values[i] + offset);
     return v;
 }
 // what an X4 type's d is multiplied by (exact in float32)
-constexpr float x4_d_factor(X4 t) { return t == X4::iq3_xxs ? 0.25f : 1.0f; }
+constexpr float x4_d_factor(X4 t) { return t == X4::iq3_xxs ? 0.25f : t == X4::iq2_xxs ? 0.125f : 1.0f; }
+// The X4 type of a ggml type, or -1.
+constexpr int x4_of(ggml_type type) {
+    return type == GGML_TYPE_IQ4_XS ? static_cast<int>(X4::iq4_xs) : type == GGML_TYPE_IQ3_S ? static_cast<int>(X4::iq3_s)
+         : type == GGML_TYPE_IQ3_XXS ? static_cast<int>(X4::iq3_xxs) : type == GGML_TYPE_IQ2_XXS ? static_cast<int>(X4::iq2_xxs) : -1;
+}
 
 // BF16, per group and pair of inputs (2k, 2k+1): one vector of 16 rows x 2
 // bfloat16 (row r's 4 bytes: input 2k in the low half), so one VDPBF16PS
@@ -259,7 +272,8 @@ using WideTileFn = void (*)(const uint8_t *w, size_t group_bytes, int64_t groups
 // configure a thread once and expect it to stay).
 struct WideTiles {
     int cols;
-    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q3_k, q2_k, iq3_s, iq3_xxs;
+    WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, q2_k;
+    WideTileFn x4[kX4Types];  // by X4
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -268,7 +282,8 @@ struct KernelSet {
     const char *name;
     int max_cols;                  // columns per weight load: tiles[1..max_cols]
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
-    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *iq4_xs, *q3_k, *q2_k, *iq3_s, *iq3_xxs, *bf16;
+    const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *q3_k, *q2_k, *bf16;
+    const Tiles *x4[kX4Types];  // by X4
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
@@ -284,6 +299,7 @@ struct KernelSet {
 
 // A set's tiles for matrices of `type`, or null where the set has none.
 inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
+    if (x4_of(type) >= 0) return k.x4[x4_of(type)];
     switch (type) {
     case GGML_TYPE_Q8_0: return k.q8_0;
     case GGML_TYPE_Q4_0: return k.q4_0;
@@ -295,11 +311,8 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_Q5_K: return k.q5_k;
     case GGML_TYPE_Q5_1: return k.q5_1;
     case GGML_TYPE_IQ4_NL: return k.iq4_nl;
-    case GGML_TYPE_IQ4_XS: return k.iq4_xs;
     case GGML_TYPE_Q3_K: return k.q3_k;
     case GGML_TYPE_Q2_K: return k.q2_k;
-    case GGML_TYPE_IQ3_S: return k.iq3_s;
-    case GGML_TYPE_IQ3_XXS: return k.iq3_xxs;
     case GGML_TYPE_BF16: return k.bf16;
     default: return nullptr;
     }
@@ -318,6 +331,7 @@ inline size_t expanded_block_bytes(ggml_type type) {
 
 // A set's wide tiles for matrices of `type`, or null.
 inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
+    if (x4_of(type) >= 0) return wide.x4[x4_of(type)];
     switch (type) {
     case GGML_TYPE_Q8_0: return wide.q8_0;
     case GGML_TYPE_Q4_0: return wide.q4_0;
@@ -328,11 +342,8 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     case GGML_TYPE_Q5_K: return wide.q5_k;
     case GGML_TYPE_Q5_1: return wide.q5_1;
     case GGML_TYPE_IQ4_NL: return wide.iq4_nl;
-    case GGML_TYPE_IQ4_XS: return wide.iq4_xs;
     case GGML_TYPE_Q3_K: return wide.q3_k;
     case GGML_TYPE_Q2_K: return wide.q2_k;
-    case GGML_TYPE_IQ3_S: return wide.iq3_s;
-    case GGML_TYPE_IQ3_XXS: return wide.iq3_xxs;
     default: return nullptr;
     }
 }
@@ -344,6 +355,13 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
 #define TOY_TILE_ROW_OF(tile, s, k) \
     {nullptr, tile<1, s, k>, tile<2, s, k>, tile<3, s, k>, tile<4, s, k>, tile<5, s, k>, tile<6, s, k>, tile<7, s, k>, tile<8, s, k>}
 #define TOY_TILES_OF(tile, k) {TOY_TILE_ROW_OF(tile, true, k), TOY_TILE_ROW_OF(tile, false, k)}
+// Every X4 type's Tiles from one tile template <int C, bool kStream, X4>, in
+// X4's order, and the pointers to them a KernelSet holds.
+#define TOY_X4_TILES(tile)                                                                      \
+    {TOY_TILES_OF(tile, X4::iq4_xs), TOY_TILES_OF(tile, X4::iq3_s), TOY_TILES_OF(tile, X4::iq3_xxs), \
+     TOY_TILES_OF(tile, X4::iq2_xxs)}
+#define TOY_X4_POINTERS(tiles) {&tiles[0], &tiles[1], &tiles[2], &tiles[3]}
+static_assert(kX4Types == 4, "TOY_X4_TILES and TOY_X4_POINTERS list every X4 type");
 
 // Everything between TOY_TARGET_BEGIN("isa,...") and TOY_TARGET_END is
 // compiled for those instructions whatever the build targets (GCC and clang).

@@ -258,9 +258,10 @@ inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo
 }
 
 // Q4_K, Q5_K (kBlock kQ5Block: the fifth bits after Q4_K's layout) or
-// IQ4_XS, IQ3_S and IQ3_XXS (kX4Block, the table kTable): units with one
+// IQ4_XS, IQ3_S, IQ3_XXS and IQ2_XXS (kX4Block, the table kTable): units with one
 // byte of scale per row. IQ4_XS's B holds (t[q] + 128) x the signed scale
-// (at most 241 x 32; IQ3_S's 143 x 31, IQ3_XXS's 190 x 31), its high byte signed as Q6_K's;
+// (at most 241 x 32; IQ3_S's 143 x 31, IQ3_XXS's 190 x 31, IQ2_XXS's 171 x
+// 31), its high byte signed as Q6_K's;
 // x4_accumulate takes 128 x scale x the input's sums per 32 back.
 template <size_t kBlock, X4 kTable>
 void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
@@ -373,7 +374,7 @@ inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (
     tile_store<kHi>(out[1]);
 }
 
-// y for `groups` groups of a K-quant, IQ4_XS, IQ3_S or IQ3_XXS (super-blocks of
+// y for `groups` groups of a K-quant or an X4 type (super-blocks of
 // kBlock bytes; the X4 types' table kTable) and `cols` columns (a multiple
 // of 16) of Q8_K-prepared input.
 template <size_t kBlock, X4 kTable = X4::iq4_xs>
@@ -469,11 +470,10 @@ const WideTiles *amx_tiles() {
                                  q8_0_tiles<Block32::q5_0>,
                                  q8_0_tiles<Block32::q5_1>,
                                  q8_0_tiles<Block32::iq4_nl>,
-                                 k_tiles<kX4Block>,
                                  k_tiles<kQ3Block>,
                                  k_tiles<kQ2Block>,
-                                 k_tiles<kX4Block, X4::iq3_s>,
-                                 k_tiles<kX4Block, X4::iq3_xxs>,
+                                 {k_tiles<kX4Block, X4::iq4_xs>, k_tiles<kX4Block, X4::iq3_s>, k_tiles<kX4Block, X4::iq3_xxs>,
+                                  k_tiles<kX4Block, X4::iq2_xxs>},
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

@@ -513,7 +513,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     });
 }
 
-// IQ4_XS, IQ3_S and IQ3_XXS (X4): per unit, the table's signed values through Q8_0's
+// IQ4_XS, IQ3_S, IQ3_XXS and IQ2_XXS (X4): per unit, the table's signed values through Q8_0's
 // sign trick (pairs up to 2 x 127 x 127, widened at once), the exact sum
 // times the unit's signed scale; per super-block d (x4_d_factor) times the
 // input's scale.
@@ -665,9 +665,9 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
-                 kIq4xsTiles = TOY_TILES_OF(x4_tile, X4::iq4_xs), kIq3sTiles = TOY_TILES_OF(x4_tile, X4::iq3_s),
-                 kIq3xxsTiles = TOY_TILES_OF(x4_tile, X4::iq3_xxs), kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
+                 kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
                  kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k), kBf16Tiles = TOY_TILES(bf16_tile);
+constexpr Tiles kX4Tiles[kX4Types] = TOY_X4_TILES(x4_tile);
 
 }  // namespace
 
@@ -677,8 +677,8 @@ const KernelSet *avx2_kernels() {
     // ggml's tinyBLAS (BENCHMARKS.md). BF16 is not (not measured against
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
     static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles,
-                               &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles,
-                               &kQ3KTiles, &kQ2KTiles, &kIq3sTiles, &kIq3xxsTiles, &kBf16Tiles, true, false, prepare, expand};
+                               &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kQ3KTiles,
+                               &kQ2KTiles, &kBf16Tiles, TOY_X4_POINTERS(kX4Tiles), true, false, prepare, expand};
     return &set;
 }
 

@@ -231,7 +231,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// IQ4_XS, IQ3_S and IQ3_XXS (X4): per unit, the exact sum of (t[q] + 128) x
+// IQ4_XS, IQ3_S, IQ3_XXS and IQ2_XXS (X4): per unit, the exact sum of (t[q] + 128) x
 // input from -128 x the input's sum of 32 (so sum t[q] x), times the unit's
 // signed scale; per super-block Q8_0's float step with d (x4_d_factor) and
 // the input's scale.
@@ -348,8 +348,8 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
-                 kIq4xsTiles = TOY_TILES_OF(x4_tile, X4::iq4_xs), kIq3sTiles = TOY_TILES_OF(x4_tile, X4::iq3_s),
-                 kIq3xxsTiles = TOY_TILES_OF(x4_tile, X4::iq3_xxs), kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k), kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k);
+                 kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k), kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k);
+constexpr Tiles kX4Tiles[kX4Types] = TOY_X4_TILES(x4_tile);
 
 }  // namespace
 }  // namespace toy::graph::packed
@@ -401,8 +401,8 @@ constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 // with AMX tiles for prompts (the amx set) or without.
 constexpr KernelSet avx512_set(const char *name, bool with_bf16, const WideTiles *wide) {
     return {name, 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles,
-            &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kIq4xsTiles, &kQ3KTiles, &kQ2KTiles, &kIq3sTiles, &kIq3xxsTiles,
-            with_bf16 ? &kBf16Tiles : nullptr, true, with_bf16, prepare, expand, wide};
+            &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kQ3KTiles, &kQ2KTiles, with_bf16 ? &kBf16Tiles : nullptr,
+            TOY_X4_POINTERS(kX4Tiles), true, with_bf16, prepare, expand, wide};
 }
 
 }  // namespace

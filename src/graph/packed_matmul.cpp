@@ -109,6 +109,14 @@ struct BlockIQ3XXS {
     uint8_t signs_scales[kQKK / 8];
 };
 static_assert(sizeof(BlockIQ3XXS) == 98, "ggml's block_iq3_xxs is 98 bytes");
+// IQ2_XXS: per 256 values d / 8 (2 ls + 1) s g, g a grid value (8, 25 or
+// 43) of an 8-value grid entry picked by a byte; per 32 values 8 bytes: the
+// 4 entries' bytes, then IQ3_XXS's word of four 7-bit sign patterns and ls.
+struct BlockIQ2XXS {
+    uint16_t d;  // fp16
+    uint8_t qs[kQKK / 4];
+};
+static_assert(sizeof(BlockIQ2XXS) == 66, "ggml's block_iq2_xxs is 66 bytes");
 static_assert(sizeof(BlockQ3K) == 110 && sizeof(BlockQ2K) == 84, "ggml's block_q3_K and block_q2_K are 110 and 84 bytes");
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20, "ggml's block_q4_0 and block_q4_1 are 18 and 20 bytes");
@@ -143,7 +151,8 @@ bool format_of(ggml_type type, Format *f) {
     case GGML_TYPE_Q5_K: *f = {kQKK, kQ5Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_IQ4_XS:
     case GGML_TYPE_IQ3_S:
-    case GGML_TYPE_IQ3_XXS: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_IQ3_XXS:
+    case GGML_TYPE_IQ2_XXS: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q3_K: *f = {kQKK, kQ3Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q2_K: *f = {kQKK, kQ2Block, GGML_TYPE_Q8_K}; return true;
@@ -361,28 +370,29 @@ void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
     });
 }
 
-// A grid of 4-value entries (IQ3_S's 512, IQ3_XXS's 256) as the nibbles of
-// their positive values in an X4 table, 4 to a word, read once from ggml's
-// dequantization of blocks that pick 64 entries each in turn (`pick`: d 1,
-// scales 0, no signs; each value then the grid value times `step`). A
-// negative value -g is 15 - m for g's nibble m: the nibble xor 15.
-template <typename Block, size_t kEntries>
-std::array<uint32_t, kEntries> grid_nibbles(ggml_type type, X4 table, float step, void (*pick)(Block &, int first)) {
+// A grid of kValues-value entries (IQ3_S's 512 and IQ3_XXS's 256 of 4,
+// IQ2_XXS's 256 of 8) as the nibbles of their positive values in an X4
+// table, 4 to a word (entry e's values in words e kValues / 4 ..), read once
+// from ggml's dequantization of blocks that pick 256 / kValues entries each
+// in turn (`pick`: d 1, scales 0, no signs; each value then the grid value
+// times `step`). A negative value -g is 15 - m for g's nibble m: the nibble
+// xor 15.
+template <typename Block, size_t kEntries, int kValues = 4>
+std::array<uint32_t, kEntries * kValues / 4> grid_nibbles(ggml_type type, X4 table, float step, void (*pick)(Block &, int first)) {
+    constexpr int kPerBlock = kQKK / kValues;
     const std::array<uint8_t, 16> values = x4_table(table, 0);
-    std::array<uint32_t, kEntries> n{};
+    std::array<uint32_t, kEntries * kValues / 4> n{};
     const auto to_float = ggml_get_type_traits(type)->to_float;
-    for (int first = 0; first < static_cast<int>(kEntries); first += 64) {
+    for (int first = 0; first < static_cast<int>(kEntries); first += kPerBlock) {
         Block blk{};
         blk.d = ggml_fp32_to_fp16(1.0f);
         pick(blk, first);
         float v[kQKK];
         to_float(&blk, v, kQKK);
-        for (int k = 0; k < 64; ++k) {
-            for (int p = 0; p < 4; ++p) {
-                const auto g = static_cast<int8_t>(std::lround(v[4 * k + p] / step));
-                const auto m = std::find(values.begin(), values.end(), static_cast<uint8_t>(g)) - values.begin();
-                n[first + k] |= static_cast<uint32_t>(m) << (8 * p);
-            }
+        for (int i = 0; i < kQKK; ++i) {
+            const auto g = static_cast<int8_t>(std::lround(v[i] / step));
+            const auto m = std::find(values.begin(), values.end(), static_cast<uint8_t>(g)) - values.begin();
+            n[first * kValues / 4 + i / 4] |= static_cast<uint32_t>(m) << (8 * (i % 4));
         }
     }
     return n;
@@ -409,6 +419,24 @@ const std::array<uint32_t, 256> &iq3xxs_grid_nibbles() {
     return nibbles;
 }
 
+// IQ2_XXS's: block values 8k.. are the entry picked by byte k % 4 of
+// sub-block k / 4; d / 8 (2 ls + 1) with ls 0 is 1/8.
+const std::array<uint32_t, 512> &iq2xxs_grid_nibbles() {
+    static const auto nibbles = grid_nibbles<BlockIQ2XXS, 256, 8>(GGML_TYPE_IQ2_XXS, X4::iq2_xxs, 0.125f, [](BlockIQ2XXS &blk, int first) {
+        for (int k = 0; k < 32; ++k) blk.qs[8 * (k / 4) + k % 4] = static_cast<uint8_t>(first + k);
+    });
+    return nibbles;
+}
+
+// IQ3_XXS's and IQ2_XXS's 7-bit sign patterns of a sub-block's word as 8
+// signs each: the eighth makes the number of minus signs even.
+void even_signs(uint32_t word, uint8_t (&signs)[4]) {
+    for (int l = 0; l < 4; ++l) {
+        const uint32_t seven = (word >> (7 * l)) & 127;
+        signs[l] = static_cast<uint8_t>(seven | (__builtin_parity(seven) << 7));
+    }
+}
+
 // 4 sign bits as 4 bytes, 15 where set (what turns m into 15 - m).
 constexpr std::array<uint32_t, 16> kSignFlips = [] {
     std::array<uint32_t, 16> f{};
@@ -418,10 +446,10 @@ constexpr std::array<uint32_t, 16> kSignFlips = [] {
     return f;
 }();
 
-// One sub-block (32 values, 8 grid entries of 4) of a grid type for row r
-// in IQ4_XS's layout: d, the scale byte, and each value's nibble: entry k's
-// word of nibbles from the grid, flipped (xor 15) where bits 4 (k % 2).. of
-// signs[k / 2] are set.
+// One sub-block (32 values, 8 words of 4 grid values: entries of 4, or
+// halves of entries of 8) of a grid type for row r in IQ4_XS's layout: each
+// value's nibble: word entry[k] of the grid's nibbles, flipped (xor 15)
+// where bits 4 (k % 2).. of signs[k / 2] are set.
 void put_grid_unit(const uint32_t *grid, const int (&entry)[8], const uint8_t (&signs)[4], int r, uint8_t *out) {
     uint8_t q[kQK];
     for (int k = 0; k < 8; ++k) {
@@ -465,10 +493,29 @@ void pack_iq3_xxs_group(const BlockIQ3XXS *in, int64_t nb, uint8_t *out) {
             int entry[8];
             for (int k = 0; k < 8; ++k) entry[k] = blk.qs[8 * j + k];
             uint8_t signs[4];
-            for (int l = 0; l < 4; ++l) {
-                const uint32_t seven = (word >> (7 * l)) & 127;
-                signs[l] = static_cast<uint8_t>(seven | (__builtin_parity(seven) << 7));
-            }
+            even_signs(word, signs);
+            put_grid_unit(grid.data(), entry, signs, r, out + kX4Qs + 256 * j);
+        }
+    });
+}
+
+// IQ2_XXS in IQ4_XS's layout: the scales 2 ls + 1, and each value's signed
+// grid value as its nibble in kIq2xxsValues (the tiles take d's 1/8).
+// Sub-block j's 8 bytes: entries qs[8j + l] (values 8l.., the words 2
+// qs[8j + l] and the next of the grid's nibbles), then the word of signs
+// and ls, sign pattern l for entry l.
+void pack_iq2_xxs_group(const BlockIQ2XXS *in, int64_t nb, uint8_t *out) {
+    const auto &grid = iq2xxs_grid_nibbles();
+    for_each_row_block(in, nb, kX4Block, out, [&grid](const BlockIQ2XXS &blk, int r, uint8_t *out) {
+        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+        for (int j = 0; j < 8; ++j) {
+            uint32_t word;
+            std::memcpy(&word, blk.qs + 8 * j + 4, sizeof word);
+            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * (word >> 28) + 1);
+            int entry[8];
+            for (int k = 0; k < 8; ++k) entry[k] = 2 * blk.qs[8 * j + k / 2] + k % 2;
+            uint8_t signs[4];
+            even_signs(word, signs);
             put_grid_unit(grid.data(), entry, signs, r, out + kX4Qs + 256 * j);
         }
     });
@@ -773,6 +820,7 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         case GGML_TYPE_IQ4_XS: pack_iq4_xs_group(reinterpret_cast<const BlockIQ4XS *>(s), depth, d); break;
         case GGML_TYPE_IQ3_S: pack_iq3_s_group(reinterpret_cast<const BlockIQ3S *>(s), depth, d); break;
         case GGML_TYPE_IQ3_XXS: pack_iq3_xxs_group(reinterpret_cast<const BlockIQ3XXS *>(s), depth, d); break;
+        case GGML_TYPE_IQ2_XXS: pack_iq2_xxs_group(reinterpret_cast<const BlockIQ2XXS *>(s), depth, d); break;
         case GGML_TYPE_BF16:
             pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;

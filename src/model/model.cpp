@@ -303,11 +303,39 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     auto device_of = [&](const Entry &e) { return m->split_.device_of(e.layer, w.is_head_slot(e.slot)); };
     const std::vector<ggml_backend_buffer_type_t> extra_bufts =
         opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
-    // toy's own packed layout, where its kernel takes the matrix.
-    auto packed_for = [&](const Entry &e) {
+    // toy's own packed layout, where its kernel takes the matrix. The
+    // layouts of IQ3_S, IQ3_XXS and IQ2_XXS are much larger than the types'
+    // own (1.25x, 1.39x, 2.06x: packed_kernels.h), and a model in such a type
+    // was chosen to be small: those matrices are packed only where all of
+    // the model's packed matrices fit in half the memory available, as the
+    // huge-page copies below; elsewhere they stay in the mapping on ggml's
+    // kernels, and a note says so.
+    auto packable = [&](const Entry &e) {
         return opts.repack && e.role == TensorRole::Linear && !device_of(e) &&
                graph::packed_matmul_supports(e.type, e.ne.data(), (int)e.ne.size());
     };
+    auto grows = [](const Entry &e) {  // by more than an eighth (not Q3_K's 3.6%, Q5_K's 2.3%, IQ4_XS's 1.5%)
+        const size_t own = ggml_row_size(e.type, e.ne[0]) * (size_t)e.ne[1];
+        return graph::packed_size(e.type, e.ne[0], e.ne[1]) > own + own / 8;
+    };
+    size_t packed_total = 0, grown_extra = 0;
+    for (const Entry &e : entries) {
+        if (!packable(e)) continue;
+        const size_t own = ggml_row_size(e.type, e.ne[0]) * (size_t)e.ne[1], packed = graph::packed_size(e.type, e.ne[0], e.ne[1]);
+        packed_total += packed;
+        grown_extra += grows(e) ? packed - own : 0;
+    }
+    auto memory_available = [&] { return opts.available_memory > 0 ? opts.available_memory : available_memory_bytes(); };
+    const size_t memory = grown_extra > 0 ? memory_available() : 0;
+    const bool pack_grown = grown_extra == 0 || (memory > 0 && packed_total <= memory / 2);
+    if (!pack_grown) {
+        std::fprintf(stderr,
+                     "toy: note: %s: its low-bit IQ matrices stay in the file's layout on ggml's kernels: packed for toy's "
+                     "(faster) they would take %.1f MiB more, and all packed matrices %.1f MiB, over half of the %.1f MiB "
+                     "available\n",
+                     f.path().c_str(), grown_extra / 1048576.0, packed_total / 1048576.0, memory / 1048576.0);
+    }
+    auto packed_for = [&](const Entry &e) { return packable(e) && (pack_grown || !grows(e)); };
     // An extra buffer type goes first, except where toy's kernel takes the
     // matrix and is the faster: ggml's generic CPU repack (its x86 kernels
     // for the types toy packs, Q4_K, are 256-bit), and AMX for F16 and the
@@ -411,7 +439,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     size_t streamed_bytes = 0;
     for (const Plan &p : plans) streamed_bytes += streamed(p) ? ggml_nbytes(p.t) : 0;
     if (streamed_bytes > 0 && opts.repack) {
-        const size_t available = available_memory_bytes();
+        const size_t available = memory_available();
         if (available > 0 && streamed_bytes <= available / 2 && want_huge_pages(opts.huge_pages, opts.decode_tokens)) {
             for (Plan &p : plans) {
                 if (streamed(p)) p.zero_copy = false;

@@ -71,6 +71,11 @@ struct LoadOptions {
     // writes a file there; later loads of the same model with the same
     // options map it (use_mmap) or read it, and pack nothing.
     std::string pack_cache_dir;
+    // The memory the load may count on for copies, in bytes: huge-page
+    // copies of mapped matrices and the packed layouts larger than their
+    // types' (IQ3_S, IQ3_XXS, IQ2_XXS) each need all their bytes within half
+    // of it. 0: what the kernel says is available (MemAvailable) at load.
+    size_t available_memory = 0;
     // Blocks on other devices (GPUs, RPC servers): copied into their memory,
     // never repacked. The default keeps everything on the CPU.
     SplitOptions split;
