@@ -4,7 +4,7 @@
 //
 //   toy_tile_bench TYPE N_IN N_OUT [COLUMNS] [MIB]
 //     TYPE     a type the packed kernels take, by ggml's name in any case:
-//              q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, iq3_s, iq3_xxs, iq2_xxs,
+//              q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq1_s,
 //              f16 (a matrix [N_IN, N_OUT] of random values)
 //     COLUMNS  input columns per product, 1-8 (1: decoding), or a
 //              multiple of 16 on the amx set (its AMX tiles)        [1]
@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
     for (float &v : wf) v = normal(rng);
     for (float &v : xf) v = normal(rng);
     std::vector<uint8_t> rows(ggml_row_size(type, n_in) * n_out);
-    const std::vector<float> ones(n_in, 1.0f);  // IQ2_XXS needs an importance matrix
+    const std::vector<float> ones(n_in, 1.0f);  // IQ2_XXS and IQ1_S need an importance matrix
     ggml_quantize_chunk(type, wf.data(), rows.data(), 0, n_out, n_in, ggml_quantize_requires_imatrix(type) ? ones.data() : nullptr);
     const size_t one = packed_size(type, n_in, n_out);
     const size_t copies = mib == 0 ? 1 : std::max<size_t>(1, ((mib << 20) + one - 1) / one);

@@ -1,4 +1,4 @@
-// toy's packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K ... Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS and BF16 kernels against ggml's own matmul: the
+// toy's packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K ... Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and BF16 kernels against ggml's own matmul: the
 // same products up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, 16 at a time on the amx set, partial passes, several
 // 64-column panels) and for inputs that are views with strides.
@@ -101,7 +101,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         } else if (type == GGML_TYPE_BF16) {
             ggml_fp32_to_bf16_row_ref(wf.data(), static_cast<ggml_bf16_t *>(w->data), (int64_t)wf.size());
         } else {
-            const std::vector<float> ones(k.n_in, 1.0f);  // IQ2_XXS needs an importance matrix
+            const std::vector<float> ones(k.n_in, 1.0f);  // IQ2_XXS and IQ1_S need an importance matrix
             ggml_quantize_chunk(type, wf.data(), w->data, 0, k.n_out, k.n_in, ggml_quantize_requires_imatrix(type) ? ones.data() : nullptr);
         }
         graph::pack_matrix(type, w->data, packed->data, k.n_in, k.n_out, 2);
@@ -220,7 +220,7 @@ INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
                                                               GGML_TYPE_IQ4_NL, GGML_TYPE_F16,
                                                               GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS,
                                                               GGML_TYPE_Q3_K, GGML_TYPE_Q2_K, GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS,
-                                                              GGML_TYPE_IQ2_XXS, GGML_TYPE_BF16),
+                                                              GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ1_S, GGML_TYPE_BF16),
                                             ::testing::Values(std::string("amx"), std::string("avx512"), std::string("avx2"))),
                          [](const auto &info) {
                              return std::string(ggml_type_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
@@ -329,6 +329,9 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     // IQ2_XXS likewise (66 bytes grow to 138)
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_IQ2_XXS, k_ok, 2));
     EXPECT_EQ(graph::packed_size(GGML_TYPE_IQ2_XXS, 512, 32), 2 * 32 * 138u);
+    // IQ1_S likewise (50 bytes grow to 138)
+    EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_IQ1_S, k_ok, 2));
+    EXPECT_EQ(graph::packed_size(GGML_TYPE_IQ1_S, 512, 32), 2 * 32 * 138u);
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_0, ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_1, ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_0, ok, 2));
@@ -362,7 +365,7 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_EQ(graph::packed_kernels_name(), in_use);
 }
 
-// The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, IQ4_NL, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS) take the same float steps as
+// The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, IQ4_NL, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S) take the same float steps as
 // the AVX-512 tiles after the same exact integer sums, so a prompt's products
 // are the AVX-512 set's bit for bit (the graph's results do not depend on
 // which of the two a CPU runs).
@@ -373,7 +376,7 @@ TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
     }
     for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL,
                                  GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K,
-                                 GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ2_XXS}) {
+                                 GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ1_S}) {
         SCOPED_TRACE(ggml_type_name(type));
         // 3 wide passes and 2 columns for the 8-column tiles; 10 row groups
         const int64_t n_in = 1024, n_out = 160, cols = 50;

@@ -75,7 +75,7 @@ inline void look_up(const std::array<uint8_t, 16> &t, __m512i *v) {
     for (int j = 0; j < 8; ++j) v[j] = _mm512_shuffle_epi8(table, v[j]);
 }
 
-// The 8 vectors of an X4 type's (IQ4_XS's, IQ3_S's, IQ3_XXS's, IQ2_XXS's) unit j of the
+// The 8 vectors of an X4 type's unit j of the
 // super-block at w: t[q] + 128.
 template <X4 kType>
 inline void load_x4_unit(const uint8_t *w, int j, __m512i *v) {

@@ -134,28 +134,32 @@ constexpr size_t k16_block(K16 t) { return t == K16::q6_k ? kQ6Block : t == K16:
 // grid value (8, 25 or 43) and a sign, 6 signed values in a table of 16
 // (the rest 0; the tiles take d's 1/8); 2.06 times IQ2_XXS's size (4.3 bits
 // a weight where it stores 2.06), so the types that grow are packed only
-// where memory allows (Model::load).
+// where memory allows (Model::load). IQ1_S: d (2 ls + 1) (g + delta), g in
+// {-1, 0, 1} and delta +-1/8 per 32 values, is d / 8 (2 ls + 1) times one of
+// -9, -7, -1, 1, 7, 9 (the tiles take the 1/8); 2.76 times IQ1_S's size.
 constexpr size_t kX4D = 0, kX4Sc = 32, kX4Qs = 160, kX4Block = 2208;
-enum class X4 { iq4_xs, iq3_s, iq3_xxs, iq2_xxs };
-constexpr int kX4Types = 4;
+enum class X4 { iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq1_s };
+constexpr int kX4Types = 5;
 constexpr int8_t kIq3sValues[16] = {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15};
 constexpr int8_t kIq3xxsValues[16] = {-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62};
 constexpr int8_t kIq2xxsValues[16] = {-43, -25, -8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 25, 43};
+constexpr int8_t kIq1sValues[16] = {-9, -7, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 7, 9};
 // an X4 type's table + offset (128: unsigned, what the tiles multiply; 0: as
 // it is). Every table is odd (t[15 - m] = -t[m]): a nibble's xor 15 negates it.
 constexpr std::array<uint8_t, 16> x4_table(X4 t, int offset) {
     const int8_t *values = t == X4::iq4_xs ? kIq4nlValues : t == X4::iq3_s ? kIq3sValues
-                         : t == X4::iq3_xxs ? kIq3xxsValues : kIq2xxsValues;
+                         : t == X4::iq3_xxs ? kIq3xxsValues : t == X4::iq2_xxs ? kIq2xxsValues : kIq1sValues;
     std::array<uint8_t, 16> v{};
     for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>(values[i] + offset);
     return v;
 }
 // what an X4 type's d is multiplied by (exact in float32)
-constexpr float x4_d_factor(X4 t) { return t == X4::iq3_xxs ? 0.25f : t == X4::iq2_xxs ? 0.125f : 1.0f; }
+constexpr float x4_d_factor(X4 t) { return t == X4::iq3_xxs ? 0.25f : t == X4::iq2_xxs || t == X4::iq1_s ? 0.125f : 1.0f; }
 // The X4 type of a ggml type, or -1.
 constexpr int x4_of(ggml_type type) {
     return type == GGML_TYPE_IQ4_XS ? static_cast<int>(X4::iq4_xs) : type == GGML_TYPE_IQ3_S ? static_cast<int>(X4::iq3_s)
-         : type == GGML_TYPE_IQ3_XXS ? static_cast<int>(X4::iq3_xxs) : type == GGML_TYPE_IQ2_XXS ? static_cast<int>(X4::iq2_xxs) : -1;
+         : type == GGML_TYPE_IQ3_XXS ? static_cast<int>(X4::iq3_xxs) : type == GGML_TYPE_IQ2_XXS ? static_cast<int>(X4::iq2_xxs)
+         : type == GGML_TYPE_IQ1_S ? static_cast<int>(X4::iq1_s) : -1;
 }
 
 // BF16, per group and pair of inputs (2k, 2k+1): one vector of 16 rows x 2
@@ -359,9 +363,9 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
 // X4's order, and the pointers to them a KernelSet holds.
 #define TOY_X4_TILES(tile)                                                                      \
     {TOY_TILES_OF(tile, X4::iq4_xs), TOY_TILES_OF(tile, X4::iq3_s), TOY_TILES_OF(tile, X4::iq3_xxs), \
-     TOY_TILES_OF(tile, X4::iq2_xxs)}
-#define TOY_X4_POINTERS(tiles) {&tiles[0], &tiles[1], &tiles[2], &tiles[3]}
-static_assert(kX4Types == 4, "TOY_X4_TILES and TOY_X4_POINTERS list every X4 type");
+     TOY_TILES_OF(tile, X4::iq2_xxs), TOY_TILES_OF(tile, X4::iq1_s)}
+#define TOY_X4_POINTERS(tiles) {&tiles[0], &tiles[1], &tiles[2], &tiles[3], &tiles[4]}
+static_assert(kX4Types == 5, "TOY_X4_TILES and TOY_X4_POINTERS list every X4 type");
 
 // Everything between TOY_TARGET_BEGIN("isa,...") and TOY_TARGET_END is
 // compiled for those instructions whatever the build targets (GCC and clang).

@@ -1,5 +1,5 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_S and K-quant matrices, 16 columns x 16 rows
+// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, K-quant and X4 (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S) matrices, 16 columns x 16 rows
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
@@ -217,7 +217,7 @@ void q8_0_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb
     }
 }
 
-// ---- the K-quants, IQ4_XS and IQ3_S ----
+// ---- the K-quants and the X4 types ----
 //
 // Their sub-block scales are small integers, so each is folded into the
 // weights before the product: B holds quant x scale (at most 15 x 63 for
@@ -258,10 +258,10 @@ inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo
 }
 
 // Q4_K, Q5_K (kBlock kQ5Block: the fifth bits after Q4_K's layout) or
-// IQ4_XS, IQ3_S, IQ3_XXS and IQ2_XXS (kX4Block, the table kTable): units with one
-// byte of scale per row. IQ4_XS's B holds (t[q] + 128) x the signed scale
-// (at most 241 x 32; IQ3_S's 143 x 31, IQ3_XXS's 190 x 31, IQ2_XXS's 171 x
-// 31), its high byte signed as Q6_K's;
+// the X4 types (kX4Block, the table kTable): units with one byte of scale
+// per row. IQ4_XS's B holds (t[q] + 128) x the signed scale (at most 241 x
+// 32; IQ3_S's 143 x 31, IQ3_XXS's 190 x 31, IQ2_XXS's 171 x 31, IQ1_S's 137
+// x 15), its high byte signed as Q6_K's;
 // x4_accumulate takes 128 x scale x the input's sums per 32 back.
 template <size_t kBlock, X4 kTable>
 void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
@@ -473,7 +473,7 @@ const WideTiles *amx_tiles() {
                                  k_tiles<kQ3Block>,
                                  k_tiles<kQ2Block>,
                                  {k_tiles<kX4Block, X4::iq4_xs>, k_tiles<kX4Block, X4::iq3_s>, k_tiles<kX4Block, X4::iq3_xxs>,
-                                  k_tiles<kX4Block, X4::iq2_xxs>},
+                                  k_tiles<kX4Block, X4::iq2_xxs>, k_tiles<kX4Block, X4::iq1_s>},
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

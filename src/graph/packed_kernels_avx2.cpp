@@ -513,7 +513,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     });
 }
 
-// IQ4_XS, IQ3_S, IQ3_XXS and IQ2_XXS (X4): per unit, the table's signed values through Q8_0's
+// The X4 types (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S): per unit, the table's signed values through Q8_0's
 // sign trick (pairs up to 2 x 127 x 127, widened at once), the exact sum
 // times the unit's signed scale; per super-block d (x4_d_factor) times the
 // input's scale.

@@ -231,7 +231,7 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// IQ4_XS, IQ3_S, IQ3_XXS and IQ2_XXS (X4): per unit, the exact sum of (t[q] + 128) x
+// The X4 types (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S): per unit, the exact sum of (t[q] + 128) x
 // input from -128 x the input's sum of 32 (so sum t[q] x), times the unit's
 // signed scale; per super-block Q8_0's float step with d (x4_d_factor) and
 // the input's scale.

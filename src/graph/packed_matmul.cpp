@@ -117,6 +117,16 @@ struct BlockIQ2XXS {
     uint8_t qs[kQKK / 4];
 };
 static_assert(sizeof(BlockIQ2XXS) == 66, "ggml's block_iq2_xxs is 66 bytes");
+// IQ1_S: per 256 values d (2 ls + 1) (g + delta), g in {-1, 0, 1} from an
+// 8-value grid entry picked by 11 bits (a byte of qs, 3 bits of qh); per 32
+// values a word qh: the 4 entries' high bits, ls (bits 12-14), delta's sign
+// (bit 15: -1/8, else +1/8).
+struct BlockIQ1S {
+    uint16_t d;  // fp16
+    uint8_t qs[kQKK / 8];
+    uint16_t qh[kQKK / 32];
+};
+static_assert(sizeof(BlockIQ1S) == 50, "ggml's block_iq1_s is 50 bytes");
 static_assert(sizeof(BlockQ3K) == 110 && sizeof(BlockQ2K) == 84, "ggml's block_q3_K and block_q2_K are 110 and 84 bytes");
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20, "ggml's block_q4_0 and block_q4_1 are 18 and 20 bytes");
@@ -152,7 +162,8 @@ bool format_of(ggml_type type, Format *f) {
     case GGML_TYPE_IQ4_XS:
     case GGML_TYPE_IQ3_S:
     case GGML_TYPE_IQ3_XXS:
-    case GGML_TYPE_IQ2_XXS: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_IQ2_XXS:
+    case GGML_TYPE_IQ1_S: *f = {kQKK, kX4Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q3_K: *f = {kQKK, kQ3Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q2_K: *f = {kQKK, kQ2Block, GGML_TYPE_Q8_K}; return true;
@@ -428,6 +439,23 @@ const std::array<uint32_t, 512> &iq2xxs_grid_nibbles() {
     return nibbles;
 }
 
+// IQ1_S's, for a positive delta (kNegative false) or a negative one: block
+// values 8k.. are the entry picked by byte k of qs and bits 3 (k % 4).. of
+// qh[k / 4]; d (2 ls + 1) with ls 0 is 1, each value g +- 1/8.
+template <bool kNegative>
+const std::array<uint32_t, 4096> &iq1s_grid_nibbles() {
+    static const auto nibbles = grid_nibbles<BlockIQ1S, 2048, 8>(GGML_TYPE_IQ1_S, X4::iq1_s, 0.125f, [](BlockIQ1S &blk, int first) {
+        for (int k = 0; k < 32; ++k) {
+            blk.qs[k] = static_cast<uint8_t>(first + k);
+            blk.qh[k / 4] |= static_cast<uint16_t>((((first + k) >> 8) & 7) << (3 * (k % 4)));
+        }
+        if (kNegative) {
+            for (uint16_t &h : blk.qh) h |= 0x8000;
+        }
+    });
+    return nibbles;
+}
+
 // IQ3_XXS's and IQ2_XXS's 7-bit sign patterns of a sub-block's word as 8
 // signs each: the eighth makes the number of minus signs even.
 void even_signs(uint32_t word, uint8_t (&signs)[4]) {
@@ -517,6 +545,25 @@ void pack_iq2_xxs_group(const BlockIQ2XXS *in, int64_t nb, uint8_t *out) {
             uint8_t signs[4];
             even_signs(word, signs);
             put_grid_unit(grid.data(), entry, signs, r, out + kX4Qs + 256 * j);
+        }
+    });
+}
+
+// IQ1_S in IQ4_XS's layout: the scales 2 ls + 1, and each value's 8 (g +-
+// 1/8) as its nibble in kIq1sValues (the tiles take d's 1/8), from the grid
+// read for the sub-block's delta. Entry l of sub-block j: qs[4j + l] | bits
+// 3l.. of qh[j] << 8 (values 8l.., the grid's words 2 entry and the next).
+void pack_iq1_s_group(const BlockIQ1S *in, int64_t nb, uint8_t *out) {
+    const auto &plus = iq1s_grid_nibbles<false>(), &minus = iq1s_grid_nibbles<true>();
+    for_each_row_block(in, nb, kX4Block, out, [&](const BlockIQ1S &blk, int r, uint8_t *out) {
+        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+        for (int j = 0; j < 8; ++j) {
+            const unsigned qh = blk.qh[j];
+            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * ((qh >> 12) & 7) + 1);
+            int entry[8];
+            for (int k = 0; k < 8; ++k) entry[k] = 2 * (blk.qs[4 * j + k / 2] | ((qh >> (3 * (k / 2))) & 7) << 8) + k % 2;
+            const uint8_t no_signs[4] = {};
+            put_grid_unit((qh & 0x8000 ? minus : plus).data(), entry, no_signs, r, out + kX4Qs + 256 * j);
         }
     });
 }
@@ -821,6 +868,7 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         case GGML_TYPE_IQ3_S: pack_iq3_s_group(reinterpret_cast<const BlockIQ3S *>(s), depth, d); break;
         case GGML_TYPE_IQ3_XXS: pack_iq3_xxs_group(reinterpret_cast<const BlockIQ3XXS *>(s), depth, d); break;
         case GGML_TYPE_IQ2_XXS: pack_iq2_xxs_group(reinterpret_cast<const BlockIQ2XXS *>(s), depth, d); break;
+        case GGML_TYPE_IQ1_S: pack_iq1_s_group(reinterpret_cast<const BlockIQ1S *>(s), depth, d); break;
         case GGML_TYPE_BF16:
             pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;

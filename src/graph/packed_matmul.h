@@ -1,7 +1,7 @@
-// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS and BF16 weights on
+// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
-// Q4_0 to Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS and the K-quants' prompts where the CPU has AMX, packed_kernels_amx.cpp),
+// Q4_0 to Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and the K-quants' prompts where the CPU has AMX, packed_kernels_amx.cpp),
 // where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
@@ -66,6 +66,11 @@
 //   ls + 1 and the tiles multiplying d by 1/8. 2.06 times as large (4.3 bits
 //   a weight for 2.06): packed only where the model's packed matrices fit in
 //   half the memory available (Model::load).
+// - IQ1_S (d (2 ls + 1) (g + delta) per 256 values, g in {-1, 0, 1} from
+//   grid entries of 8, 3-bit ls and delta +-1/8 per 32): the same, with the
+//   table of 8 (g + delta), -9, -7, -1, 1, 7, 9, read from the grid for the
+//   sub-block's delta; d times 1/8 in the tiles. 2.76 times as large (4.3
+//   bits a weight for 1.56), with IQ2_XXS's memory rule.
 // - BF16 (CPUs with AVX512_BF16): per pair of inputs, the 16 rows' two
 //   bfloat16 side by side; VDPBF16PS against the input rounded to bfloat16
 //   as ggml rounds it, each product exact in float32. Same size as BF16.
@@ -88,7 +93,7 @@
 namespace toy::graph {
 
 // Whether a kernel takes a matrix of this type and shape: Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
+// Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
 // runs one of the kernel sets (AVX-512 VNNI, BF16 only with AVX512_BF16;
 // else AVX2 + FMA + F16C, without BF16; chosen at run time). False
 // elsewhere, where ggml's own kernels run.
@@ -129,12 +134,12 @@ ggml_tensor *packed_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, g
 bool packed_input_inline(const ggml_tensor *x);
 
 // The form of the input a matrix of `type` multiplies: matrices whose types
-// give the same value (the K-quants and IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS; gate and up of one type) can share one
+// give the same value (the K-quants and the IQ types above; gate and up of one type) can share one
 // quantize_input of the same x.
 ggml_type packed_input_type(ggml_type type);
 
 // x [n_in, ...] prepared for packed_mul_mat by a matrix of `type` (Q8_0,
-// Q4_0 to Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
+// Q4_0 to Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
 // rounded through fp16 or to bfloat16, as ggml does).
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type);
 
