@@ -474,17 +474,37 @@ constexpr std::array<uint32_t, 16> kSignFlips = [] {
     return f;
 }();
 
-// One sub-block (32 values, 8 words of 4 grid values: entries of 4, or
-// halves of entries of 8) of a grid type for row r in IQ4_XS's layout: each
-// value's nibble: word entry[k] of the grid's nibbles, flipped (xor 15)
-// where bits 4 (k % 2).. of signs[k / 2] are set.
-void put_grid_unit(const uint32_t *grid, const int (&entry)[8], const uint8_t (&signs)[4], int r, uint8_t *out) {
-    uint8_t q[kQK];
-    for (int k = 0; k < 8; ++k) {
-        const uint32_t m = grid[entry[k]] ^ kSignFlips[(signs[k / 2] >> (4 * (k % 2))) & 15];
-        std::memcpy(q + 4 * k, &m, sizeof m);
-    }
-    put_nibbles(q, r, out);
+// One sub-block of a grid type (32 values, 8 words of 4 grid values:
+// entries of 4, or halves of entries of 8) as its packer reads it: the
+// scale byte, the words' indices into `grid` (nibbles, 4 to a word), and
+// the signs: word k's values are negated (nibble xor 15) where bits 4 (k %
+// 2).. of signs[k / 2] are set.
+struct GridUnit {
+    uint8_t scale = 0;
+    int entry[8] = {};
+    uint8_t signs[4] = {};
+    const uint32_t *grid = nullptr;
+};
+
+// A group of a grid type in IQ4_XS's layout: per row and super-block d as it
+// is, then per sub-block j what read(blk, j, unit) gives: its scale byte and
+// each value's nibble.
+template <typename Block, typename Read>
+void pack_grid_group(const Block *in, int64_t nb, uint8_t *out, Read read) {
+    for_each_row_block(in, nb, kX4Block, out, [&read](const Block &blk, int r, uint8_t *out) {
+        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+        for (int j = 0; j < 8; ++j) {
+            GridUnit u;
+            read(blk, j, u);
+            out[kX4Sc + 16 * j + r] = u.scale;
+            uint8_t q[kQK];
+            for (int k = 0; k < 8; ++k) {
+                const uint32_t m = u.grid[u.entry[k]] ^ kSignFlips[(u.signs[k / 2] >> (4 * (k % 2))) & 15];
+                std::memcpy(q + 4 * k, &m, sizeof m);
+            }
+            put_nibbles(q, r, out + kX4Qs + 256 * j);
+        }
+    });
 }
 
 // IQ3_S in IQ4_XS's layout: the scales 2 sc + 1, and each value's signed
@@ -492,17 +512,11 @@ void put_grid_unit(const uint32_t *grid, const int (&entry)[8], const uint8_t (&
 // Values 4k.. of sub-block j: grid entry qs[8j + k] | (bit k of qh[j]) << 8,
 // their signs bits 4 (k % 2).. of signs[4j + k / 2].
 void pack_iq3_s_group(const BlockIQ3S *in, int64_t nb, uint8_t *out) {
-    const auto &grid = iq3s_grid_nibbles();
-    for_each_row_block(in, nb, kX4Block, out, [&grid](const BlockIQ3S &blk, int r, uint8_t *out) {
-        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
-        for (int j = 0; j < 8; ++j) {
-            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * ((blk.scales[j / 2] >> (4 * (j % 2))) & 15) + 1);
-            int entry[8];
-            for (int k = 0; k < 8; ++k) entry[k] = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
-            uint8_t signs[4];
-            std::memcpy(signs, blk.signs + 4 * j, sizeof signs);
-            put_grid_unit(grid.data(), entry, signs, r, out + kX4Qs + 256 * j);
-        }
+    pack_grid_group(in, nb, out, [grid = iq3s_grid_nibbles().data()](const BlockIQ3S &blk, int j, GridUnit &u) {
+        u.scale = static_cast<uint8_t>(2 * ((blk.scales[j / 2] >> (4 * (j % 2))) & 15) + 1);
+        for (int k = 0; k < 8; ++k) u.entry[k] = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
+        std::memcpy(u.signs, blk.signs + 4 * j, sizeof u.signs);
+        u.grid = grid;
     });
 }
 
@@ -511,19 +525,13 @@ void pack_iq3_s_group(const BlockIQ3S *in, int64_t nb, uint8_t *out) {
 // Values 4k.. of sub-block j: grid entry qs[8j + k], their signs bits 4 (k %
 // 2).. of the 8 signs of the 7-bit pattern k / 2 in sub-block j's word.
 void pack_iq3_xxs_group(const BlockIQ3XXS *in, int64_t nb, uint8_t *out) {
-    const auto &grid = iq3xxs_grid_nibbles();
-    for_each_row_block(in, nb, kX4Block, out, [&grid](const BlockIQ3XXS &blk, int r, uint8_t *out) {
-        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
-        for (int j = 0; j < 8; ++j) {
-            uint32_t word;
-            std::memcpy(&word, blk.signs_scales + 4 * j, sizeof word);
-            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * (word >> 28) + 1);
-            int entry[8];
-            for (int k = 0; k < 8; ++k) entry[k] = blk.qs[8 * j + k];
-            uint8_t signs[4];
-            even_signs(word, signs);
-            put_grid_unit(grid.data(), entry, signs, r, out + kX4Qs + 256 * j);
-        }
+    pack_grid_group(in, nb, out, [grid = iq3xxs_grid_nibbles().data()](const BlockIQ3XXS &blk, int j, GridUnit &u) {
+        uint32_t word;
+        std::memcpy(&word, blk.signs_scales + 4 * j, sizeof word);
+        u.scale = static_cast<uint8_t>(2 * (word >> 28) + 1);
+        for (int k = 0; k < 8; ++k) u.entry[k] = blk.qs[8 * j + k];
+        even_signs(word, u.signs);
+        u.grid = grid;
     });
 }
 
@@ -533,38 +541,28 @@ void pack_iq3_xxs_group(const BlockIQ3XXS *in, int64_t nb, uint8_t *out) {
 // qs[8j + l] and the next of the grid's nibbles), then the word of signs
 // and ls, sign pattern l for entry l.
 void pack_iq2_xxs_group(const BlockIQ2XXS *in, int64_t nb, uint8_t *out) {
-    const auto &grid = iq2xxs_grid_nibbles();
-    for_each_row_block(in, nb, kX4Block, out, [&grid](const BlockIQ2XXS &blk, int r, uint8_t *out) {
-        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
-        for (int j = 0; j < 8; ++j) {
-            uint32_t word;
-            std::memcpy(&word, blk.qs + 8 * j + 4, sizeof word);
-            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * (word >> 28) + 1);
-            int entry[8];
-            for (int k = 0; k < 8; ++k) entry[k] = 2 * blk.qs[8 * j + k / 2] + k % 2;
-            uint8_t signs[4];
-            even_signs(word, signs);
-            put_grid_unit(grid.data(), entry, signs, r, out + kX4Qs + 256 * j);
-        }
+    pack_grid_group(in, nb, out, [grid = iq2xxs_grid_nibbles().data()](const BlockIQ2XXS &blk, int j, GridUnit &u) {
+        uint32_t word;
+        std::memcpy(&word, blk.qs + 8 * j + 4, sizeof word);
+        u.scale = static_cast<uint8_t>(2 * (word >> 28) + 1);
+        for (int k = 0; k < 8; ++k) u.entry[k] = 2 * blk.qs[8 * j + k / 2] + k % 2;
+        even_signs(word, u.signs);
+        u.grid = grid;
     });
 }
 
 // IQ1_S in IQ4_XS's layout: the scales 2 ls + 1, and each value's 8 (g +-
 // 1/8) as its nibble in kIq1sValues (the tiles take d's 1/8), from the grid
-// read for the sub-block's delta. Entry l of sub-block j: qs[4j + l] | bits
-// 3l.. of qh[j] << 8 (values 8l.., the grid's words 2 entry and the next).
+// read for the sub-block's delta; no signs. Entry l of sub-block j: qs[4j +
+// l] | bits 3l.. of qh[j] << 8 (values 8l.., the grid's words 2 entry and
+// the next).
 void pack_iq1_s_group(const BlockIQ1S *in, int64_t nb, uint8_t *out) {
-    const auto &plus = iq1s_grid_nibbles<false>(), &minus = iq1s_grid_nibbles<true>();
-    for_each_row_block(in, nb, kX4Block, out, [&](const BlockIQ1S &blk, int r, uint8_t *out) {
-        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
-        for (int j = 0; j < 8; ++j) {
-            const unsigned qh = blk.qh[j];
-            out[kX4Sc + 16 * j + r] = static_cast<uint8_t>(2 * ((qh >> 12) & 7) + 1);
-            int entry[8];
-            for (int k = 0; k < 8; ++k) entry[k] = 2 * (blk.qs[4 * j + k / 2] | ((qh >> (3 * (k / 2))) & 7) << 8) + k % 2;
-            const uint8_t no_signs[4] = {};
-            put_grid_unit((qh & 0x8000 ? minus : plus).data(), entry, no_signs, r, out + kX4Qs + 256 * j);
-        }
+    pack_grid_group(in, nb, out, [plus = iq1s_grid_nibbles<false>().data(), minus = iq1s_grid_nibbles<true>().data()](
+                                     const BlockIQ1S &blk, int j, GridUnit &u) {
+        const unsigned qh = blk.qh[j];
+        u.scale = static_cast<uint8_t>(2 * ((qh >> 12) & 7) + 1);
+        for (int k = 0; k < 8; ++k) u.entry[k] = 2 * (blk.qs[4 * j + k / 2] | ((qh >> (3 * (k / 2))) & 7) << 8) + k % 2;
+        u.grid = qh & 0x8000 ? minus : plus;
     });
 }
 
