@@ -513,10 +513,26 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
     });
 }
 
-// The X4 types (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S): per unit, the table's signed values through Q8_0's
-// sign trick (pairs up to 2 x 127 x 127, widened at once), the exact sum
-// times the unit's signed scale; per super-block d (x4_d_factor) times the
-// input's scale.
+// The offset that makes an X4 type's table unsigned for VPMADDUBSW: 16 for
+// tables within +-15 (IQ3_S, IQ1_S), 64 within +-63 (IQ3_XXS, IQ2_XXS); 0
+// for IQ4_XS's (up to 127), which takes the sign trick instead.
+constexpr int x4_offset(X4 t) {
+    int most = 0;
+    for (uint8_t v : x4_table(t, 0)) most = std::max(most, std::abs(static_cast<int>(static_cast<int8_t>(v))));
+    return most <= 15 ? 16 : most <= 63 ? 64 : 0;
+}
+
+// The X4 types (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S): per unit the
+// exact sum of t[q] x input, times the unit's signed scale; per super-block
+// d (x4_d_factor) times the input's scale. IQ4_XS's table goes through
+// Q8_0's sign trick (pairs up to 2 x 127 x 127, widened at once: two sign
+// operations and two VPMADDWD per 8 products of a column); the others'
+// t[q] + offset (x4_offset) are unsigned bytes against the signed input,
+// offset x the input's sum of 32 taken back per unit: pairs of at most 2 x
+// 126 x 127 (offset 64), widened at once, or 2 x 31 x 127 (offset 16), four
+// added in int16 before one VPMADDWD. Against the sign trick, Llama-3.2-1B's
+// pp512 on this set (Zen 4 as an AVX2 CPU): IQ3_M 126 -> 187 t/s, IQ1_S 121
+// -> 187, IQ2_XXS 124 -> 158; decoding level (BENCHMARKS.md).
 template <int C, bool kStream, X4 kType>
 void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     if constexpr (C > 4) {
@@ -524,8 +540,9 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
         x4_tile<C - 4, false, kType>(w, nb, xq + 4 * x_stride, x_stride, y + 4 * ldy, ldy);
         return;
     }
-    static constexpr std::array<uint8_t, 16> kTable = x4_table(kType, 0);
-    const __m256i table = table16(kTable);
+    constexpr int kOffset = x4_offset(kType);
+    static constexpr std::array<uint8_t, 16> kTable = x4_table(kType, kOffset);
+    const __m256i table = table16(kTable), ones = _mm256_set1_epi16(1);
     k_quant_blocks<C, kStream, kX4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
@@ -533,25 +550,62 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
             prefetch_part<kStream>(wb, kX4Block, 8 * h + j, 16);
             __m256i s[C];
             for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
-            auto step = [&](auto kk) TOY_INLINE {
-                constexpr int k = decltype(kk)::value;
+            // the table's values of inputs 4K.. (wl) and 16 + 4K.. (wh)
+            auto weights = [&](auto kk, __m256i &wl, __m256i &wh) TOY_INLINE {
                 __m256i lo, hi;
-                unit_quants<false, k>(wb + kX4Qs + 256 * j, h, _mm256_setzero_si256(), lo, hi);
-                const __m256i wl = _mm256_shuffle_epi8(table, lo), wh = _mm256_shuffle_epi8(table, hi);
-                const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
-                for (int c = 0; c < C; ++c) {
-                    const uint8_t *q = xb[c] + kKQs + 32 * j;
-                    s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(al, _mm256_sign_epi8(bcast4(q + 4 * k), wl)),
-                                                                   dot4(ah, _mm256_sign_epi8(bcast4(q + 16 + 4 * k), wh))));
-                    in_register(s[c]);
-                }
+                unit_quants<false, decltype(kk)::value>(wb + kX4Qs + 256 * j, h, _mm256_setzero_si256(), lo, hi);
+                wl = _mm256_shuffle_epi8(table, lo);
+                wh = _mm256_shuffle_epi8(table, hi);
             };
-            step(std::integral_constant<int, 0>{});
-            step(std::integral_constant<int, 1>{});
-            step(std::integral_constant<int, 2>{});
-            step(std::integral_constant<int, 3>{});
+            if constexpr (kOffset == 16) {
+                // two steps' four pairs per column in int16 (<= 4 x 2 x 31 x 127), then one widening
+                auto two_steps = [&](auto kk) TOY_INLINE {
+                    constexpr int k = decltype(kk)::value;
+                    __m256i al, ah, bl, bh;
+                    weights(std::integral_constant<int, k>{}, al, ah);
+                    weights(std::integral_constant<int, k + 1>{}, bl, bh);
+                    for (int c = 0; c < C; ++c) {
+                        const uint8_t *q = xb[c] + kKQs + 32 * j + 4 * k;
+                        const __m256i p = _mm256_add_epi16(
+                            _mm256_add_epi16(_mm256_maddubs_epi16(al, bcast4(q)), _mm256_maddubs_epi16(ah, bcast4(q + 16))),
+                            _mm256_add_epi16(_mm256_maddubs_epi16(bl, bcast4(q + 4)), _mm256_maddubs_epi16(bh, bcast4(q + 20))));
+                        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, ones));
+                        in_register(s[c]);
+                    }
+                };
+                two_steps(std::integral_constant<int, 0>{});
+                two_steps(std::integral_constant<int, 2>{});
+            } else {
+                auto step = [&](auto kk) TOY_INLINE {
+                    constexpr int k = decltype(kk)::value;
+                    __m256i wl, wh;
+                    weights(kk, wl, wh);
+                    for (int c = 0; c < C; ++c) {
+                        const uint8_t *q = xb[c] + kKQs + 32 * j + 4 * k;
+                        if constexpr (kOffset == 0) {
+                            const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+                            s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(al, _mm256_sign_epi8(bcast4(q), wl)),
+                                                                           dot4(ah, _mm256_sign_epi8(bcast4(q + 16), wh))));
+                        } else {
+                            s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(wl, bcast4(q)), dot4(wh, bcast4(q + 16))));
+                        }
+                        in_register(s[c]);
+                    }
+                };
+                step(std::integral_constant<int, 0>{});
+                step(std::integral_constant<int, 1>{});
+                step(std::integral_constant<int, 2>{});
+                step(std::integral_constant<int, 3>{});
+            }
             const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kX4Sc + 16 * j + 8 * h)));
-            for (int c = 0; c < C; ++c) tot[c] = _mm256_add_epi32(tot[c], _mm256_mullo_epi32(s[c], sc));
+            for (int c = 0; c < C; ++c) {
+                if constexpr (kOffset != 0) {  // sum t x = sum (t + offset) x - offset x the input's sum of 32
+                    int16_t sum32;
+                    std::memcpy(&sum32, xb[c] + kKSum32 + 2 * j, sizeof sum32);
+                    s[c] = _mm256_sub_epi32(s[c], _mm256_set1_epi32(kOffset * sum32));
+                }
+                tot[c] = _mm256_add_epi32(tot[c], _mm256_mullo_epi32(s[c], sc));
+            }
         }
         const __m256 dw = _mm256_cvtph_ps(load128(wb + kX4D + 16 * h));
         for (int c = 0; c < C; ++c) {
