@@ -518,7 +518,10 @@ void q4_k_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride,
 // for IQ4_XS's (up to 127), which takes the sign trick instead.
 constexpr int x4_offset(X4 t) {
     int most = 0;
-    for (uint8_t v : x4_table(t, 0)) most = std::max(most, std::abs(static_cast<int>(static_cast<int8_t>(v))));
+    for (uint8_t v : x4_table(t, 0)) {
+        const int value = static_cast<int8_t>(v);  // (std::abs is not constexpr in every standard library)
+        most = std::max(most, value < 0 ? -value : value);
+    }
     return most <= 15 ? 16 : most <= 63 ? 64 : 0;
 }
 
