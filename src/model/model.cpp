@@ -314,26 +314,27 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         return opts.repack && e.role == TensorRole::Linear && !device_of(e) &&
                graph::packed_matmul_supports(e.type, e.ne.data(), (int)e.ne.size());
     };
-    auto grows = [](const Entry &e) {  // by more than an eighth (not Q3_K's 3.6%, Q5_K's 2.3%, IQ4_XS's 1.5%)
-        const size_t own = ggml_row_size(e.type, e.ne[0]) * (size_t)e.ne[1];
-        return graph::packed_size(e.type, e.ne[0], e.ne[1]) > own + own / 8;
+    auto own_bytes = [](const Entry &e) { return ggml_row_size(e.type, e.ne[0]) * (size_t)e.ne[1]; };
+    auto grows = [&](const Entry &e) {  // by more than an eighth (not Q3_K's 3.6%, Q5_K's 2.3%, IQ4_XS's 1.5%)
+        return graph::packed_size(e.type, e.ne[0], e.ne[1]) > own_bytes(e) + own_bytes(e) / 8;
     };
     size_t packed_total = 0, grown_extra = 0;
     for (const Entry &e : entries) {
         if (!packable(e)) continue;
-        const size_t own = ggml_row_size(e.type, e.ne[0]) * (size_t)e.ne[1], packed = graph::packed_size(e.type, e.ne[0], e.ne[1]);
+        const size_t packed = graph::packed_size(e.type, e.ne[0], e.ne[1]);
         packed_total += packed;
-        grown_extra += grows(e) ? packed - own : 0;
+        if (grows(e)) grown_extra += packed - own_bytes(e);
     }
     auto memory_available = [&] { return opts.available_memory > 0 ? opts.available_memory : available_memory_bytes(); };
     const size_t memory = grown_extra > 0 ? memory_available() : 0;
     const bool pack_grown = grown_extra == 0 || (memory > 0 && packed_total <= memory / 2);
     if (!pack_grown) {
+        const std::string why = memory == 0 ? std::string("the memory available is unknown")
+                                            : fmt::format("over half of the {:.1f} MiB available", memory / 1048576.0);
         std::fprintf(stderr,
                      "toy: note: %s: its low-bit IQ matrices stay in the file's layout on ggml's kernels: packed for toy's "
-                     "(faster) they would take %.1f MiB more, and all packed matrices %.1f MiB, over half of the %.1f MiB "
-                     "available\n",
-                     f.path().c_str(), grown_extra / 1048576.0, packed_total / 1048576.0, memory / 1048576.0);
+                     "(faster) they would take %.1f MiB more, and all packed matrices %.1f MiB, %s\n",
+                     f.path().c_str(), grown_extra / 1048576.0, packed_total / 1048576.0, why.c_str());
     }
     auto packed_for = [&](const Entry &e) { return packable(e) && (pack_grown || !grows(e)); };
     // An extra buffer type goes first, except where toy's kernel takes the
