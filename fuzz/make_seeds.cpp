@@ -1,14 +1,21 @@
 // make_seeds OUT_DIR: the seeds no fixture holds as a small file, written
 // with toy's own code into OUT_DIR/<target>/:
-//   fuzz_gguf:       a tiny random model of every architecture (F32), and an F16 llama
+//   fuzz_gguf:       a tiny random model of every architecture (F32), an F16 llama, and
+//                    a llama of 256-wide rows in each type toy's CPU kernels pack from
+//                    super-blocks (Q4_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S; the
+//                    embedding and output Q2_K: under the 128 KB a unit may take), so
+//                    mutations reach their packers
 //   fuzz_checkpoint: a checkpoint of each tiny trainable model (full, LoRA, per-head LoRA)
 //   fuzz_adapter:    the LoRA adapters those models export
 // (scripts/fuzz.sh runs it before fuzzing.)
 #include "fuzz_common.h"
 
 #include "core/error.h"
+#include "gguf/gguf_reader.h"
 #include "model/config.h"
+#include "model/init.h"
 #include "model/model.h"
+#include "quant/quantize.h"
 #include "train/checkpoint.h"
 #include "train/trainable.h"
 
@@ -38,6 +45,39 @@ int main(int argc, char **argv) {
         }
         fs::copy_file(fuzz::tiny_model("llama", true), out / "fuzz_gguf" / "tiny-llama.f16.gguf",
                       fs::copy_options::overwrite_existing);
+        // rows of 256 inputs (one super-block), 16 heads of 16, one KV head, the smallest
+        // vocabulary the synthetic tokenizer takes: Q, K, V and O packable, files of 50-110 KB
+        InitOptions wide = preset_options("custom", "llama");
+        wide.type = InitType::F32;
+        wide.n_threads = 1;
+        wide.n_embd = 256;
+        wide.n_layer = 1;
+        wide.n_head = 16;
+        wide.n_head_kv = 1;
+        wide.n_ff = 16;
+        wide.n_ctx = 64;
+        wide.n_vocab = 260;
+        const std::string f32 = (out / "wide-llama.f32.gguf").string();
+        init_model(wide, f32);
+        quant::Imatrix ones;  // the IQ1/IQ2 types need one
+        const auto f32_file = gguf::File::open(f32);
+        for (const auto &t : f32_file->tensors()) {
+            if (t.n_dims != 2) continue;
+            quant::Imatrix::Entry &e = ones.entries[t.name];
+            e.n_per_row = t.ne[0];
+            e.in_sum2.assign(t.ne[0], 1.0f);
+            e.counts = {1};
+        }
+        for (const char *type : {"Q4_K_S", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ1_S"}) {
+            quant::QuantizeOptions q;
+            q.type = type;
+            q.pure = true;
+            q.token_embd_type = q.output_type = GGML_TYPE_Q2_K;
+            q.n_threads = 1;
+            q.imatrix = ones;
+            quant::quantize_model(f32, (out / "fuzz_gguf" / (std::string("wide-llama.") + type + ".gguf")).string(), q);
+        }
+        fs::remove(f32);
 
         auto base = Model::load(fuzz::tiny_model("llama"), train::trainable_load_options());
         for (int k = 0; k < fuzz::kTrainableKinds; ++k) {
