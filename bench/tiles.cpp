@@ -30,6 +30,7 @@
 #include "graph/flash_attention.h"
 #include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
+#include "quant/quantize.h"
 #include "runtime/kv_cache.h"
 
 #include <ggml-cpu.h>
@@ -180,8 +181,7 @@ int main(int argc, char **argv) {
     for (float &v : wf) v = normal(rng);
     for (float &v : xf) v = normal(rng);
     std::vector<uint8_t> rows(ggml_row_size(type, n_in) * n_out);
-    const std::vector<float> ones(n_in, 1.0f);  // IQ2_XXS and IQ1_S need an importance matrix
-    ggml_quantize_chunk(type, wf.data(), rows.data(), 0, n_out, n_in, ggml_quantize_requires_imatrix(type) ? ones.data() : nullptr);
+    toy::quant::quantize_rows(type, wf.data(), rows.data(), n_out, n_in);
     const size_t one = packed_size(type, n_in, n_out);
     const size_t copies = mib == 0 ? 1 : std::max<size_t>(1, ((mib << 20) + one - 1) / one);
     // untouched until packed into (the advice comes first), with room for the

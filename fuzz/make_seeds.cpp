@@ -11,7 +11,6 @@
 #include "fuzz_common.h"
 
 #include "core/error.h"
-#include "gguf/gguf_reader.h"
 #include "model/config.h"
 #include "model/init.h"
 #include "model/model.h"
@@ -46,7 +45,7 @@ int main(int argc, char **argv) {
         fs::copy_file(fuzz::tiny_model("llama", true), out / "fuzz_gguf" / "tiny-llama.f16.gguf",
                       fs::copy_options::overwrite_existing);
         // rows of 256 inputs (one super-block), 16 heads of 16, one KV head, the smallest
-        // vocabulary the synthetic tokenizer takes: Q, K, V and O packable, files of 50-110 KB
+        // vocabulary the synthetic tokenizer takes: Q, K, V and O packable, files of 69-124 KB
         InitOptions wide = preset_options("custom", "llama");
         wide.type = InitType::F32;
         wide.n_threads = 1;
@@ -59,15 +58,7 @@ int main(int argc, char **argv) {
         wide.n_vocab = 260;
         const std::string f32 = (out / "wide-llama.f32.gguf").string();
         init_model(wide, f32);
-        quant::Imatrix ones;  // the IQ1/IQ2 types need one
-        const auto f32_file = gguf::File::open(f32);
-        for (const auto &t : f32_file->tensors()) {
-            if (t.n_dims != 2) continue;
-            quant::Imatrix::Entry &e = ones.entries[t.name];
-            e.n_per_row = t.ne[0];
-            e.in_sum2.assign(t.ne[0], 1.0f);
-            e.counts = {1};
-        }
+        const quant::Imatrix ones = quant::uniform_imatrix(f32);  // the IQ1/IQ2 types need one
         for (const char *type : {"Q4_K_S", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ1_S"}) {
             quant::QuantizeOptions q;
             q.type = type;

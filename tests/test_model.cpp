@@ -444,16 +444,7 @@ TEST(Model, LowBitMatricesRunToysKernelsAsGgmlsDo) {
             q.pure = true;
             q.n_threads = 2;
             if (wanted == GGML_TYPE_IQ3_XXS || wanted == GGML_TYPE_IQ2_XXS || wanted == GGML_TYPE_IQ1_S) {  // made for an imatrix
-                quant::Imatrix m;
-                const auto file = gguf::File::open(f32);
-                for (const auto &t : file->tensors()) {
-                    if (t.n_dims != 2) continue;  // every matrix, the embedding too (IQ2_XXS cannot do without)
-                    quant::Imatrix::Entry &e = m.entries[t.name];
-                    e.n_per_row = t.ne[0];
-                    e.in_sum2.assign(t.ne[0], 1.0f);
-                    e.counts = {1};
-                }
-                q.imatrix = m;
+                q.imatrix = quant::uniform_imatrix(f32);  // every matrix, the embedding too (IQ2_XXS cannot do without)
             }
             quant::quantize_model(f32, path, q);
         } else {

@@ -4,6 +4,7 @@
 // 64-column panels) and for inputs that are views with strides.
 #include "graph/packed_kernels.h"
 #include "graph/packed_matmul.h"
+#include "quant/quantize.h"
 #include "kernel_set_scope.h"
 
 #include <fmt/format.h>
@@ -101,8 +102,7 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         } else if (type == GGML_TYPE_BF16) {
             ggml_fp32_to_bf16_row_ref(wf.data(), static_cast<ggml_bf16_t *>(w->data), (int64_t)wf.size());
         } else {
-            const std::vector<float> ones(k.n_in, 1.0f);  // IQ2_XXS and IQ1_S need an importance matrix
-            ggml_quantize_chunk(type, wf.data(), w->data, 0, k.n_out, k.n_in, ggml_quantize_requires_imatrix(type) ? ones.data() : nullptr);
+            quant::quantize_rows(type, wf.data(), w->data, k.n_out, k.n_in);
         }
         graph::pack_matrix(type, w->data, packed->data, k.n_in, k.n_out, 2);
 
@@ -386,8 +386,7 @@ TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
         for (float &v : wf) v = g(rng);
         for (float &v : xf) v = g(rng) * 4.0f;
         std::vector<uint8_t> rows(ggml_row_size(type, n_in) * n_out), packed(graph::packed_size(type, n_in, n_out));
-        const std::vector<float> ones(n_in, 1.0f);
-        ggml_quantize_chunk(type, wf.data(), rows.data(), 0, n_out, n_in, ggml_quantize_requires_imatrix(type) ? ones.data() : nullptr);
+        quant::quantize_rows(type, wf.data(), rows.data(), n_out, n_in);
         graph::pack_matrix(type, rows.data(), packed.data(), n_in, n_out);
         auto run = [&](const std::string &set) {
             KernelSetScope scope(set);

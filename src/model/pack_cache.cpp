@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "graph/packed_matmul.h"
+#include "quant/quantize.h"
 
 #include <fmt/format.h>
 
@@ -81,12 +82,11 @@ uint64_t packed_layout_fingerprint() {
         const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL,
                                    GGML_TYPE_F16,  GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K, GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS,
                                    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ1_S, GGML_TYPE_BF16};
-        const std::vector<float> ones(n_in, 1.0f);  // the importance matrix of the types that need one
         for (ggml_type type : types) {
             const int64_t ne[2] = {n_in, n_out};
             if (!graph::packed_matmul_supports(type, ne, 2)) continue;
             std::vector<uint8_t> src(ggml_row_size(type, n_in) * n_out);
-            ggml_quantize_chunk(type, values.data(), src.data(), 0, n_out, n_in, ggml_quantize_requires_imatrix(type) ? ones.data() : nullptr);
+            quant::quantize_rows(type, values.data(), src.data(), n_out, n_in);
             std::vector<uint8_t> packed(graph::packed_size(type, n_in, n_out));
             graph::pack_matrix(type, src.data(), packed.data(), n_in, n_out);
             h = fnv1a(ggml_type_name(type), h);

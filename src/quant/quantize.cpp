@@ -273,4 +273,22 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
     return res;
 }
 
+Imatrix uniform_imatrix(const std::string &path) {
+    Imatrix m;
+    const auto file = gguf::File::open(path);
+    for (const auto &t : file->tensors()) {
+        if (t.n_dims != 2) continue;
+        Imatrix::Entry &e = m.entries[t.name];
+        e.n_per_row = t.ne[0];
+        e.in_sum2.assign(t.ne[0], 1.0f);
+        e.counts = {1};
+    }
+    return m;
+}
+
+void quantize_rows(ggml_type type, const float *src, void *dst, int64_t n_rows, int64_t n_per_row) {
+    const std::vector<float> ones(ggml_quantize_requires_imatrix(type) ? n_per_row : 0, 1.0f);
+    ggml_quantize_chunk(type, src, dst, 0, n_rows, n_per_row, ones.empty() ? nullptr : ones.data());
+}
+
 }  // namespace toy::quant

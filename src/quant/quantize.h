@@ -51,4 +51,15 @@ struct QuantizeResult {
 // Throws toy::Error; on error nothing is left at `out`.
 QuantizeResult quantize_model(const std::string &in, const std::string &out, const QuantizeOptions &o);
 
+// An importance matrix that weighs every input of every matrix (2-D tensor)
+// of the model file at `path` alike: what the types that cannot do without
+// one (IQ2_XXS, IQ2_XS, IQ1_S) take where no activations were measured
+// (tests, fuzz seeds), not a substitute for `toy imatrix`.
+Imatrix uniform_imatrix(const std::string &path);
+
+// n_rows rows of n_per_row floats at src in `type` at dst, as ggml quantizes
+// them; a type that needs an importance matrix weighs every input alike
+// (for tests, benchmarks and layout fingerprints, not a model's quality).
+void quantize_rows(ggml_type type, const float *src, void *dst, int64_t n_rows, int64_t n_per_row);
+
 }  // namespace toy::quant
