@@ -583,15 +583,16 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
                     constexpr int k = decltype(kk)::value;
                     __m256i wl, wh;
                     weights(kk, wl, wh);
+                    // the unsigned side: t + offset, or (the sign trick) |t| against the input with t's signs
+                    const __m256i ul = kOffset == 0 ? _mm256_sign_epi8(wl, wl) : wl, uh = kOffset == 0 ? _mm256_sign_epi8(wh, wh) : wh;
                     for (int c = 0; c < C; ++c) {
                         const uint8_t *q = xb[c] + kKQs + 32 * j + 4 * k;
+                        __m256i xl = bcast4(q), xh = bcast4(q + 16);
                         if constexpr (kOffset == 0) {
-                            const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
-                            s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(al, _mm256_sign_epi8(bcast4(q), wl)),
-                                                                           dot4(ah, _mm256_sign_epi8(bcast4(q + 16), wh))));
-                        } else {
-                            s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(wl, bcast4(q)), dot4(wh, bcast4(q + 16))));
+                            xl = _mm256_sign_epi8(xl, wl);
+                            xh = _mm256_sign_epi8(xh, wh);
                         }
+                        s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(ul, xl), dot4(uh, xh)));
                         in_register(s[c]);
                     }
                 };
