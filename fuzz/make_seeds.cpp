@@ -2,7 +2,8 @@
 // with toy's own code into OUT_DIR/<target>/:
 //   fuzz_gguf:       a tiny random model of every architecture (F32), an F16 llama, and
 //                    a llama of 256-wide rows in each type toy's CPU kernels pack from
-//                    super-blocks (Q4_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S; the
+//                    super-blocks (Q4_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS,
+//                    IQ2_S (pure IQ2_M), IQ1_S, IQ1_M; the
 //                    embedding and output Q2_K: under the 128 KB a unit may take), so
 //                    mutations reach their packers
 //   fuzz_checkpoint: a checkpoint of each tiny trainable model (full, LoRA, per-head LoRA)
@@ -59,7 +60,7 @@ int main(int argc, char **argv) {
         const std::string f32 = (out / "wide-llama.f32.gguf").string();
         init_model(wide, f32);
         const quant::Imatrix ones = quant::uniform_imatrix(f32);  // the IQ1/IQ2 types need one
-        for (const char *type : {"Q4_K_S", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ1_S"}) {
+        for (const char *type : {"Q4_K_S", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_M", "IQ1_S", "IQ1_M"}) {
             quant::QuantizeOptions q;
             q.type = type;
             q.pure = true;

@@ -402,13 +402,14 @@ TEST(Model, RepackedWeightsReadBackAndMatchPlainLayout) {
 }
 
 // Q5_K matrices (and those llama-quantize writes as Q5_1 where rows are not
-// whole super-blocks), Q4_0, Q3_K, Q2_K, IQ3_S, IQ3_XXS, IQ2_XXS and IQ1_S ones run toy's packed kernels (not
+// whole super-blocks), Q4_0, Q3_K, Q2_K and the IQ types below IQ4_XS run toy's packed kernels (not
 // ggml's AMX, repack buffers or vec_dot), on every kernel set the CPU runs,
 // with ggml's results up to float summation order: a Q5_K model of rows of
 // 256, one of rows of 320 (Q5_1), a Q4_0 one, and pure Q3_K, Q2_K, IQ3_S,
-// IQ3_XXS, IQ2_XXS and IQ1_S ones (toy quantize --pure of an F32 model; the
-// last three with an imatrix of ones). The four whose packed layout is much
-// larger than the type stay unpacked where the load may not count on the memory.
+// IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M ones (toy quantize --pure
+// of an F32 model; those below IQ3_S with an imatrix of ones). The IQ types,
+// whose packed layouts are much larger than the types, stay unpacked where
+// the load may not count on the memory.
 // Each product's input is quantized (a step
 // function), so a last-bit difference upstream can move an input by a step
 // and the logits by 1e-3 (4.5e-3 here on the Q5_K model: from the first
@@ -428,7 +429,10 @@ TEST(Model, LowBitMatricesRunToysKernelsAsGgmlsDo) {
                           Case{InitType::F32, 256, GGML_TYPE_Q2_K, "Q2_K"}, Case{InitType::F32, 256, GGML_TYPE_IQ3_S, "IQ3_S"},
                           Case{InitType::F32, 256, GGML_TYPE_IQ3_XXS, "IQ3_XXS"},
                           Case{InitType::F32, 256, GGML_TYPE_IQ2_XXS, "IQ2_XXS"},
-                          Case{InitType::F32, 256, GGML_TYPE_IQ1_S, "IQ1_S"}}) {
+                          Case{InitType::F32, 256, GGML_TYPE_IQ2_XS, "IQ2_XS"},
+                          Case{InitType::F32, 256, GGML_TYPE_IQ2_S, "IQ2_M"},  // (pure IQ2_S is IQ2_XS, as in llama.cpp)
+                          Case{InitType::F32, 256, GGML_TYPE_IQ1_S, "IQ1_S"},
+                          Case{InitType::F32, 256, GGML_TYPE_IQ1_M, "IQ1_M"}}) {
         const ggml_type wanted = k.wanted;
         SCOPED_TRACE(ggml_type_name(wanted));
         InitOptions o = test::small_f32("llama", k.n_embd, 4, 2, 512, 2);
@@ -443,7 +447,7 @@ TEST(Model, LowBitMatricesRunToysKernelsAsGgmlsDo) {
             q.type = k.quantize;
             q.pure = true;
             q.n_threads = 2;
-            if (wanted == GGML_TYPE_IQ3_XXS || wanted == GGML_TYPE_IQ2_XXS || wanted == GGML_TYPE_IQ1_S) {  // made for an imatrix
+            if (wanted != GGML_TYPE_Q3_K && wanted != GGML_TYPE_Q2_K && wanted != GGML_TYPE_IQ3_S) {  // made for an imatrix
                 q.imatrix = quant::uniform_imatrix(f32);  // every matrix, the embedding too (IQ2_XXS cannot do without)
             }
             quant::quantize_model(f32, path, q);
@@ -463,8 +467,7 @@ TEST(Model, LowBitMatricesRunToysKernelsAsGgmlsDo) {
         EXPECT_TRUE(packed->weights().is_packed(wo));
         EXPECT_EQ(packed->read_weight("blk.1.ffn_down.weight"), plain->read_weight("blk.1.ffn_down.weight"));
         const bool grows = graph::packed_size(wanted, wo->ne[0], wo->ne[1]) > ggml_nbytes(wo) * 9 / 8;
-        EXPECT_EQ(grows, wanted == GGML_TYPE_IQ3_S || wanted == GGML_TYPE_IQ3_XXS || wanted == GGML_TYPE_IQ2_XXS ||
-                             wanted == GGML_TYPE_IQ1_S);
+        EXPECT_EQ(grows, std::string_view(ggml_type_name(wanted)).starts_with("iq"));
         {  // 1 MiB to count on: the model's packed matrices (0.6 MiB) would take over half
             LoadOptions tight;
             tight.available_memory = 1 << 20;

@@ -1,4 +1,4 @@
-// toy's packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K ... Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and BF16 kernels against ggml's own matmul: the
+// toy's packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K ... Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M and BF16 kernels against ggml's own matmul: the
 // same products up to float summation order, for every column count the kernel tiles
 // differently (1-8 per pass, 16 at a time on the amx set, partial passes, several
 // 64-column panels) and for inputs that are views with strides.
@@ -220,7 +220,8 @@ INSTANTIATE_TEST_SUITE_P(Types, PackedMatmulOf,
                                                               GGML_TYPE_IQ4_NL, GGML_TYPE_F16,
                                                               GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS,
                                                               GGML_TYPE_Q3_K, GGML_TYPE_Q2_K, GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS,
-                                                              GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ1_S, GGML_TYPE_BF16),
+                                                              GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_S,
+                                                              GGML_TYPE_IQ1_M, GGML_TYPE_BF16),
                                             ::testing::Values(std::string("amx"), std::string("avx512"), std::string("avx2"))),
                          [](const auto &info) {
                              return std::string(ggml_type_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
@@ -307,7 +308,7 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     const int64_t ok[2] = {64, 32}, odd_rows[2] = {64, 40}, stacked[3] = {64, 32, 2}, k_ok[2] = {256, 32};
     const bool here = graph::packed_matmul_supports(GGML_TYPE_Q8_0, ok, 2);
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_F32, ok, 2));
-    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_IQ2_XS, k_ok, 2));
+    EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_TQ2_0, k_ok, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q4_K, ok, 2));  // 64 inputs: not a whole super-block
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, odd_rows, 2));
     EXPECT_FALSE(graph::packed_matmul_supports(GGML_TYPE_Q8_0, stacked, 3));
@@ -332,6 +333,12 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     // IQ1_S likewise (50 bytes grow to 138)
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_IQ1_S, k_ok, 2));
     EXPECT_EQ(graph::packed_size(GGML_TYPE_IQ1_S, 512, 32), 2 * 32 * 138u);
+    // IQ2_XS, IQ2_S and IQ1_M in Q6_K's layout of scales per 16 and low nibbles (74, 82, 56 bytes grow to 146)
+    for (const ggml_type t : {GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_M}) {
+        EXPECT_TRUE(graph::packed_matmul_supports(t, k_ok, 2)) << ggml_type_name(t);
+        EXPECT_EQ(graph::packed_size(t, 512, 32), 2 * 32 * 146u) << ggml_type_name(t);
+        EXPECT_EQ(graph::packed_input_type(t), graph::packed_input_type(GGML_TYPE_Q6_K)) << ggml_type_name(t);
+    }
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_0, ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q5_1, ok, 2));
     EXPECT_TRUE(graph::packed_matmul_supports(GGML_TYPE_Q4_0, ok, 2));

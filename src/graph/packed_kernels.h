@@ -117,9 +117,23 @@ constexpr size_t kQ6D = 0, kQ6Sc = 32, kQ6Ql = 288, kQ6Qh = 2336, kQ6Block = 336
 // Q6_K, Q3_K and Q2_K (K16 below) have 16 sub-blocks of 16 inputs.
 constexpr size_t kQ3D = 0, kQ3Sc = kQ6Sc, kQ3Ql = 288, kQ3Qh = 1312, kQ3Block = 1824;
 constexpr size_t kQ2D = 0, kQ2Dmin = 32, kQ2Sc = 64, kQ2Qs = 320, kQ2Block = 1344;
-enum class K16 { q6_k, q3_k, q2_k };
-static_assert(kQ3D == kQ6D && kQ2D == kQ6D, "the K16 types keep d in one place");
-constexpr size_t k16_block(K16 t) { return t == K16::q6_k ? kQ6Block : t == K16::q3_k ? kQ3Block : kQ2Block; }
+// IQ2_XS, IQ2_S and IQ1_M, the grid types with a scale per 16 values, in
+// Q6_K's layout without its high planes: 16 fp16 d, the 16 scales as Q6_K's
+// (2 ls + 1), then Q6_K's low nibbles, which index a table of signed values
+// as the X4 types' do (below): IQ2_XS's and IQ2_S's d / 8 (2 ls + 1) times
+// a grid value (8, 25 or 43) and a sign is IQ2_XXS's table (K16::iq2);
+// IQ1_M's d (2 ls + 1) (g + delta), delta +-1/8 per 8 values, is IQ1_S's
+// (K16::iq1_m); the tiles take d's 1/8. 2336 bytes a group and super-block
+// (4.56 bits a weight): 1.97 times IQ2_XS, 1.78 times IQ2_S, 2.61 times
+// IQ1_M, so Model::load's memory rule for growing types applies.
+constexpr size_t kI16D = 0, kI16Sc = kQ6Sc, kI16Qs = kQ6Ql, kI16Block = kQ6Qh;
+enum class K16 { q6_k, q3_k, q2_k, iq2, iq1_m };
+static_assert(kQ3D == kQ6D && kQ2D == kQ6D && kI16D == kQ6D, "the K16 types keep d in one place");
+constexpr size_t k16_block(K16 t) {
+    return t == K16::q6_k ? kQ6Block : t == K16::q3_k ? kQ3Block : t == K16::q2_k ? kQ2Block : kI16Block;
+}
+// whether a K16 type's quants are nibbles looked up in a table (the IQ types)
+constexpr bool k16_table(K16 t) { return t == K16::iq2 || t == K16::iq1_m; }
 // IQ4_XS, per group and super-block: 16 fp16 d, the 8 sub-block scales
 // ls - 32 as signed bytes (16 per sub-block), then per sub-block Q4_K's 4
 // vectors of nibbles, which index ggml's table (kIq4nlValues). 1.5% larger.
@@ -155,6 +169,9 @@ constexpr std::array<uint8_t, 16> x4_table(X4 t, int offset) {
 }
 // what an X4 type's d is multiplied by (exact in float32)
 constexpr float x4_d_factor(X4 t) { return t == X4::iq3_xxs ? 0.25f : t == X4::iq2_xxs || t == X4::iq1_s ? 0.125f : 1.0f; }
+// A K16 IQ type's table (the X4 type whose values it has) and d's factor.
+constexpr X4 k16_values(K16 t) { return t == K16::iq2 ? X4::iq2_xxs : X4::iq1_s; }
+constexpr float k16_d_factor(K16 t) { return k16_table(t) ? x4_d_factor(k16_values(t)) : 1.0f; }
 // The X4 type of a ggml type, or -1.
 constexpr int x4_of(ggml_type type) {
     return type == GGML_TYPE_IQ4_XS ? static_cast<int>(X4::iq4_xs) : type == GGML_TYPE_IQ3_S ? static_cast<int>(X4::iq3_s)
@@ -288,6 +305,7 @@ struct KernelSet {
     int f16_cols;                  // the F16 tile's columns per pass (<= max_cols), which callers ask for
     const Tiles *q8_0, *f16, *q4_k, *q6_k, *q5_k, *q4_0, *q4_1, *q5_0, *q5_1, *q5_1x, *iq4_nl, *q3_k, *q2_k, *bf16;
     const Tiles *x4[kX4Types];  // by X4
+    const Tiles *iq2, *iq1_m;   // the K16 IQ types: IQ2_XS and IQ2_S, IQ1_M
     // whether F16 and BF16 matrices are packed for this set at load (BF16:
     // AVX-512 where the CPU has AVX512_BF16; the tiles still run either layout)
     bool pack_f16, pack_bf16;
@@ -318,6 +336,9 @@ inline const Tiles *tiles_for(const KernelSet &k, ggml_type type) {
     case GGML_TYPE_Q3_K: return k.q3_k;
     case GGML_TYPE_Q2_K: return k.q2_k;
     case GGML_TYPE_BF16: return k.bf16;
+    case GGML_TYPE_IQ2_XS:
+    case GGML_TYPE_IQ2_S: return k.iq2;
+    case GGML_TYPE_IQ1_M: return k.iq1_m;
     default: return nullptr;
     }
 }

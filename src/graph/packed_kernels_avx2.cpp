@@ -620,15 +620,30 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
     });
 }
 
+// The offset that makes a K16 IQ type's table unsigned here (x4_offset: 64
+// for IQ2_XS's and IQ2_S's values up to 43, 16 for IQ1_M's up to 9), as a
+// power of two; Q6_K's 32 and Q3_K's 4 as they are stored; Q2_K's none.
+constexpr int k16_offset_shift(K16 t) {
+    return t == K16::q6_k ? 5 : t == K16::q3_k ? 2 : t == K16::q2_k ? 0 : x4_offset(k16_values(t)) == 64 ? 6 : 4;
+}
+
 // A K16 type's quants of inputs 4K.. (a) and 16 + 4K.. (b) of unit j's half
-// h, from its bit planes p0 and p1 (Q6_K's high bits, the others' low bits)
-// and Q3_K's third bits t.
+// h, from its bit planes p0 and p1 (Q6_K's high bits, Q3_K's and Q2_K's low
+// bits) and t: Q3_K's third bits, or an IQ type's table + offset (its quants
+// are Q6_K's low nibbles, looked up).
 template <K16 kType, int K>
 TOY_INLINE inline void k16_vectors(const uint8_t *wb, int j, int h, __m256i p0, __m256i p1, __m256i t, __m256i &a, __m256i &b) {
-    if constexpr (kType == K16::q6_k) {
+    if constexpr (kType == K16::q6_k || k16_table(kType)) {
         const __m256i lo4 = _mm256_set1_epi8(0x0F), n = load(wb + kQ6Ql + 256 * j + 64 * K + 32 * h);
-        a = _mm256_or_si256(_mm256_and_si256(n, lo4), field<2 * K, 4, 2>(p0));
-        b = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n, 4), lo4), field<2 * K, 4, 2>(p1));
+        a = _mm256_and_si256(n, lo4);
+        b = _mm256_and_si256(_mm256_srli_epi16(n, 4), lo4);
+        if constexpr (k16_table(kType)) {
+            a = _mm256_shuffle_epi8(t, a);
+            b = _mm256_shuffle_epi8(t, b);
+        } else {
+            a = _mm256_or_si256(a, field<2 * K, 4, 2>(p0));
+            b = _mm256_or_si256(b, field<2 * K, 4, 2>(p1));
+        }
     } else if constexpr (kType == K16::q3_k) {
         a = _mm256_or_si256(field<2 * K, 0, 2>(p0), field<K, 2, 1>(t));
         b = _mm256_or_si256(field<2 * K, 0, 2>(p1), field<K + 4, 2, 1>(t));
@@ -649,10 +664,13 @@ TOY_INLINE inline __m256i k16_pairs(const uint8_t *wb, int j, int h) {
     return kCorrection ? _mm256_srli_epi16(p, 4) : _mm256_and_si256(p, _mm256_set1_epi16(15));
 }
 
-// Q6_K, Q3_K or Q2_K, four columns per pass. A 6-bit quant (stored + 32,
-// below 64) times an int8 input gives VPMADDUBSW pairs of at most 16002: two
-// of them add up in int16, and VPMADDWD against the sub-block's scale (in
-// both halves of the row's lane) widens and scales them at once, no VPMULLD.
+// Q6_K, Q3_K, Q2_K or an IQ type, four columns per pass. A 6-bit quant
+// (stored + 32, below 64) times an int8 input gives VPMADDUBSW pairs of at
+// most 16002: two of them add up in int16, and VPMADDWD against the
+// sub-block's scale (in both halves of the row's lane) widens and scales
+// them at once, no VPMULLD. IQ1_M's t[q] + 16 (at most 25) likewise; IQ2_XS's
+// and IQ2_S's t[q] + 64 (at most 107) give pairs up to 27178, each widened
+// and scaled alone.
 template <int C, bool kStream, K16 kType>
 void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     if constexpr (C > 4) {
@@ -661,14 +679,17 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
         return;
     }
     constexpr size_t kBlock = k16_block(kType);
-    constexpr size_t kPlanes = kType == K16::q6_k ? kQ6Qh : kType == K16::q3_k ? kQ3Ql : kQ2Qs;
+    constexpr size_t kPlanes = kType == K16::q6_k ? kQ6Qh : kType == K16::q3_k ? kQ3Ql : kQ2Qs;  // (none: the IQ types)
+    constexpr bool kTable = k16_table(kType), kPairsAdd = !kTable || k16_offset_shift(kType) <= 5;
+    const __m256i table = kTable ? table16(x4_table(k16_values(kType), 1 << k16_offset_shift(kType))) : _mm256_setzero_si256();
     k_quant_blocks<C, kStream, kBlock>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
             prefetch_part<kStream>(wb, kBlock, 8 * h + j, 16);
-            const __m256i p0 = load(wb + kPlanes + 128 * j + 32 * h), p1 = load(wb + kPlanes + 128 * j + 64 + 32 * h);
-            const __m256i t = kType == K16::q3_k ? load(wb + kQ3Qh + 64 * j + 32 * h) : _mm256_setzero_si256();
+            const __m256i p0 = kTable ? table : load(wb + kPlanes + 128 * j + 32 * h);
+            const __m256i p1 = kTable ? table : load(wb + kPlanes + 128 * j + 64 + 32 * h);
+            const __m256i t = kType == K16::q3_k ? load(wb + kQ3Qh + 64 * j + 32 * h) : table;
             // the unit's two scales (int16 per row: a low, b high), each in both halves
             const __m256i pr = k16_pairs<kType, false>(wb, j, h);
             const __m256i sca = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pr, 0xA0), 0xA0);
@@ -683,9 +704,15 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
                 k16_vectors<kType, k + 1>(wb, j, h, p0, p1, t, va1, vb1);
                 for (int c = 0; c < C; ++c) {
                     const uint8_t *q = xb[c] + kKQs + 32 * j + 4 * k;
-                    const __m256i qa = _mm256_add_epi16(_mm256_maddubs_epi16(va0, bcast4(q)), _mm256_maddubs_epi16(va1, bcast4(q + 4)));
-                    const __m256i qb = _mm256_add_epi16(_mm256_maddubs_epi16(vb0, bcast4(q + 16)), _mm256_maddubs_epi16(vb1, bcast4(q + 20)));
-                    tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_madd_epi16(qa, sca), _mm256_madd_epi16(qb, scb)));
+                    const __m256i qa0 = _mm256_maddubs_epi16(va0, bcast4(q)), qa1 = _mm256_maddubs_epi16(va1, bcast4(q + 4));
+                    const __m256i qb0 = _mm256_maddubs_epi16(vb0, bcast4(q + 16)), qb1 = _mm256_maddubs_epi16(vb1, bcast4(q + 20));
+                    if constexpr (kPairsAdd) {
+                        tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(qa0, qa1), sca),
+                                                                           _mm256_madd_epi16(_mm256_add_epi16(qb0, qb1), scb)));
+                    } else {
+                        tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(qa0, sca), _mm256_madd_epi16(qa1, sca)),
+                                                                           _mm256_add_epi32(_mm256_madd_epi16(qb0, scb), _mm256_madd_epi16(qb1, scb))));
+                    }
                     in_register(tot[c]);
                 }
             };
@@ -694,20 +721,20 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
         }
         const __m256 dw = _mm256_cvtph_ps(load128(wb + kQ6D + 16 * h));  // where all three keep d
         for (int c = 0; c < C; ++c) {
-            // Q6_K's quants are stored + 32, Q3_K's + 4: take back 32 (4) x sum of
-            // scale x sum of the 16 inputs; Q2_K's mins x the sums go with dmin
+            // Q6_K's quants are stored + 32, Q3_K's + 4, the IQ types' + 64 or 16: take
+            // back that x sum of scale x sum of the 16 inputs; Q2_K's mins x the sums go with dmin
             __m256i corr = _mm256_setzero_si256();
             for (int j = 0; j < 8; ++j) {
                 corr = _mm256_add_epi32(corr, _mm256_madd_epi16(k16_pairs<kType, true>(wb, j, h), bcast4(xb[c] + kKSum16 + 4 * j)));
             }
             float *yc = y + c * ldy + 8 * h;
-            const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD));
+            const __m256 dy = _mm256_set1_ps(load_f32(xb[c] + kKD) * k16_d_factor(kType));
             if constexpr (kType == K16::q2_k) {
                 const __m256 dm = _mm256_cvtph_ps(load128(wb + kQ2Dmin + 16 * h));
                 const __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[c]), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc));
                 _mm256_storeu_ps(yc, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, dy), acc));
             } else {
-                const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, kType == K16::q6_k ? 5 : 2));
+                const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, k16_offset_shift(kType)));
                 _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
             }
         }
@@ -724,7 +751,8 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
                  kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k),
-                 kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k), kBf16Tiles = TOY_TILES(bf16_tile);
+                 kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k), kBf16Tiles = TOY_TILES(bf16_tile),
+                 kIq2Tiles = TOY_TILES_OF(k16_tile, K16::iq2), kIq1mTiles = TOY_TILES_OF(k16_tile, K16::iq1_m);
 constexpr Tiles kX4Tiles[kX4Types] = TOY_X4_TILES(x4_tile);
 
 }  // namespace
@@ -736,7 +764,8 @@ const KernelSet *avx2_kernels() {
     // ggml's on an AVX2 CPU); its tiles run matrices the AVX-512 set packed.
     static const KernelSet set{"avx2", 8, kF16Cols, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles,
                                &kQ40Tiles, &kQ41Tiles, &kQ50Tiles, &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kQ3KTiles,
-                               &kQ2KTiles, &kBf16Tiles, TOY_X4_POINTERS(kX4Tiles), true, false, prepare, expand};
+                               &kQ2KTiles, &kBf16Tiles, TOY_X4_POINTERS(kX4Tiles), &kIq2Tiles, &kIq1mTiles, true, false,
+                               prepare, expand};
     return &set;
 }
 

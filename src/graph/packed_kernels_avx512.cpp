@@ -271,7 +271,8 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// Q6_K, Q3_K or Q2_K (K16): per unit, two sub-blocks of 16, each sum times its scale.
+// A K16 type (Q6_K, Q3_K, Q2_K, the IQ types): per unit, two sub-blocks of
+// 16, each sum times its scale.
 template <int C, bool kStream, K16 kType>
 void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     constexpr size_t kBlock = k16_block(kType);
@@ -294,7 +295,7 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
                 const uint8_t *x = xb[c] + kKQs + 32 * j;
                 const __m512i s0 = dot_u8s8<4, false>(_mm512_setzero_si512(), v, x);
                 const __m512i s1 = dot_u8s8<4, false>(_mm512_setzero_si512(), v + 4, x + 16);
-                if constexpr (kType == K16::q6_k) {
+                if constexpr (kType == K16::q6_k || k16_table(kType)) {  // sums past int16
                     tot[c] = _mm512_add_epi32(tot[c], _mm512_add_epi32(_mm512_mullo_epi32(s0, sa), _mm512_mullo_epi32(s1, sb)));
                 } else {
                     // a 2- or 3-bit sub-block's sum fits int16 (|s| <= 16 x 7 x 127): the
@@ -307,7 +308,7 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
         for (int c = 0; c < C; ++c) {
             float dy;
             std::memcpy(&dy, xb[c] + kKD, sizeof dy);
-            // Q6_K, Q3_K: the scales (Q2_K: the mins) times the column's sums per 16
+            // Q6_K, Q3_K, the IQ types: the scales (Q2_K: the mins) times the column's sums per 16
             __m512i corr = _mm512_setzero_si512();
             for (int j = 0; j < 8; ++j) {
                 corr = _mm512_dpwssd_epi32(corr, load_k16_scale_pairs<kType, true>(w, j), bcast4(xb[c] + kKSum16 + 4 * j));
@@ -348,7 +349,8 @@ constexpr Tiles kQ8Tiles = TOY_TILES(q8_0_tile), kF16Tiles = TOY_TILES(f16_tile)
                  kQ40Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_0), kQ41Tiles = TOY_TILES_OF(q8_0_tile, Block32::q4_1),
                  kQ50Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_0), kQ51Tiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1),
                  kQ51xTiles = TOY_TILES_OF(q8_0_tile, Block32::q5_1x), kIq4nlTiles = TOY_TILES_OF(q8_0_tile, Block32::iq4_nl),
-                 kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k), kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k);
+                 kQ3KTiles = TOY_TILES_OF(k16_tile, K16::q3_k), kQ2KTiles = TOY_TILES_OF(k16_tile, K16::q2_k),
+                 kIq2Tiles = TOY_TILES_OF(k16_tile, K16::iq2), kIq1mTiles = TOY_TILES_OF(k16_tile, K16::iq1_m);
 constexpr Tiles kX4Tiles[kX4Types] = TOY_X4_TILES(x4_tile);
 
 }  // namespace
@@ -402,7 +404,7 @@ constexpr Tiles kBf16Tiles = TOY_TILES(bf16_tile);
 constexpr KernelSet avx512_set(const char *name, bool with_bf16, const WideTiles *wide) {
     return {name, 8, 8, &kQ8Tiles, &kF16Tiles, &kQ4KTiles, &kQ6KTiles, &kQ5KTiles, &kQ40Tiles, &kQ41Tiles, &kQ50Tiles,
             &kQ51Tiles, &kQ51xTiles, &kIq4nlTiles, &kQ3KTiles, &kQ2KTiles, with_bf16 ? &kBf16Tiles : nullptr,
-            TOY_X4_POINTERS(kX4Tiles), true, with_bf16, prepare, expand, wide};
+            TOY_X4_POINTERS(kX4Tiles), &kIq2Tiles, &kIq1mTiles, true, with_bf16, prepare, expand, wide};
 }
 
 }  // namespace

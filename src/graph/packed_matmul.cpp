@@ -127,6 +127,38 @@ struct BlockIQ1S {
     uint16_t qh[kQKK / 32];
 };
 static_assert(sizeof(BlockIQ1S) == 50, "ggml's block_iq1_s is 50 bytes");
+// IQ2_XS: per 256 values d / 8 (2 ls + 1) s g, g a grid value (8, 25 or 43)
+// of an 8-value grid entry picked by the low 9 bits of a word of qs, whose
+// top 7 are the entry's sign pattern (the eighth sign makes the number of
+// minus signs even); a 4-bit ls per 16 values (scales: values 32j.. in
+// byte j's low nibble, 32j + 16.. in its high one).
+struct BlockIQ2XS {
+    uint16_t d;  // fp16
+    uint16_t qs[kQKK / 8];
+    uint8_t scales[kQKK / 32];
+};
+static_assert(sizeof(BlockIQ2XS) == 74, "ggml's block_iq2_xs is 74 bytes");
+// IQ2_S: as IQ2_XS, the entry picked by 10 bits (a byte of qs, 2 bits of
+// qh: entry l of sub-block j's in bits 2l.. of qh[j]), the signs a byte per
+// entry (qs[32 + 4j + l]).
+struct BlockIQ2S {
+    uint16_t d;  // fp16
+    uint8_t qs[kQKK / 4];
+    uint8_t qh[kQKK / 32];
+    uint8_t scales[kQKK / 32];
+};
+static_assert(sizeof(BlockIQ2S) == 82, "ggml's block_iq2_s is 82 bytes");
+// IQ1_M: per 256 values d (2 ls + 1) (g + delta), IQ1_S's grid entries of 8
+// picked by 11 bits (a byte of qs, 3 bits of a nibble of qh, whose fourth
+// bit is that entry's delta sign: -1/8, else +1/8); a 3-bit ls per 16
+// values, 12 bits of 4 scales in each of the 4 words of scales, whose top 4
+// bits together are the fp16 d.
+struct BlockIQ1M {
+    uint8_t qs[kQKK / 8];
+    uint8_t qh[kQKK / 16];
+    uint8_t scales[kQKK / 32];
+};
+static_assert(sizeof(BlockIQ1M) == 56, "ggml's block_iq1_m is 56 bytes");
 static_assert(sizeof(BlockQ3K) == 110 && sizeof(BlockQ2K) == 84, "ggml's block_q3_K and block_q2_K are 110 and 84 bytes");
 static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20, "ggml's block_q4_0 and block_q4_1 are 18 and 20 bytes");
@@ -167,6 +199,9 @@ bool format_of(ggml_type type, Format *f) {
     case GGML_TYPE_Q6_K: *f = {kQKK, kQ6Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q3_K: *f = {kQKK, kQ3Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_Q2_K: *f = {kQKK, kQ2Block, GGML_TYPE_Q8_K}; return true;
+    case GGML_TYPE_IQ2_XS:
+    case GGML_TYPE_IQ2_S:
+    case GGML_TYPE_IQ1_M: *f = {kQKK, kI16Block, GGML_TYPE_Q8_K}; return true;
     case GGML_TYPE_BF16: *f = {2, kRows * 2 * sizeof(uint16_t), GGML_TYPE_BF16}; return true;
     default: return false;
     }
@@ -381,9 +416,9 @@ void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
     });
 }
 
-// A grid of kValues-value entries (IQ3_S's 512 and IQ3_XXS's 256 of 4,
-// IQ2_XXS's 256 of 8) as the nibbles of their positive values in an X4
-// table, 4 to a word (entry e's values in words e kValues / 4 ..), read once
+// A grid of kValues-value entries (IQ3_S's 512 and IQ3_XXS's 256 of 4;
+// IQ2_XXS's 256, IQ2_XS's 512, IQ2_S's 1024 and IQ1_S's 2048 of 8) as the
+// nibbles of their positive values in an X4 table, 4 to a word (entry e's values in words e kValues / 4 ..), read once
 // from ggml's dequantization of blocks that pick 256 / kValues entries each
 // in turn (`pick`: d 1, scales 0, no signs; each value then the grid value
 // times `step`). A negative value -g is 15 - m for g's nibble m: the nibble
@@ -439,6 +474,27 @@ const std::array<uint32_t, 512> &iq2xxs_grid_nibbles() {
     return nibbles;
 }
 
+// IQ2_XS's: block values 8k.. are the entry picked by word k of qs (sign
+// pattern 0); d / 8 (2 ls + 1) with ls 0 is 1/8.
+const std::array<uint32_t, 1024> &iq2xs_grid_nibbles() {
+    static const auto nibbles = grid_nibbles<BlockIQ2XS, 512, 8>(GGML_TYPE_IQ2_XS, X4::iq2_xxs, 0.125f, [](BlockIQ2XS &blk, int first) {
+        for (int k = 0; k < 32; ++k) blk.qs[k] = static_cast<uint16_t>(first + k);
+    });
+    return nibbles;
+}
+
+// IQ2_S's: block values 8k.. are the entry picked by qs[k] and bits 2 (k %
+// 4).. of qh[k / 4] (no signs); d / 8 (2 ls + 1) with ls 0 is 1/8.
+const std::array<uint32_t, 2048> &iq2s_grid_nibbles() {
+    static const auto nibbles = grid_nibbles<BlockIQ2S, 1024, 8>(GGML_TYPE_IQ2_S, X4::iq2_xxs, 0.125f, [](BlockIQ2S &blk, int first) {
+        for (int k = 0; k < 32; ++k) {
+            blk.qs[k] = static_cast<uint8_t>(first + k);
+            blk.qh[k / 4] |= static_cast<uint8_t>((((first + k) >> 8) & 3) << (2 * (k % 4)));
+        }
+    });
+    return nibbles;
+}
+
 // IQ1_S's, for a positive delta (kNegative false) or a negative one: block
 // values 8k.. are the entry picked by byte k of qs and bits 3 (k % 4).. of
 // qh[k / 4]; d (2 ls + 1) with ls 0 is 1, each value g +- 1/8.
@@ -476,35 +532,62 @@ constexpr std::array<uint32_t, 16> kSignFlips = [] {
 
 // One sub-block of a grid type (32 values, 8 words of 4 grid values:
 // entries of 4, or halves of entries of 8) as its packer reads it: the
-// scale byte, the words' indices into `grid` (nibbles, 4 to a word), and
-// the signs: word k's values are negated (nibble xor 15) where bits 4 (k %
-// 2).. of signs[k / 2] are set.
+// scale bytes (X4: scale[0] for all 32 values; K16: one per 16), each
+// word's nibbles of the grid values (4 to a word, from a grid's nibbles),
+// and the signs: word k's values are negated (nibble xor 15) where bits 4 (k
+// % 2).. of signs[k / 2] are set.
 struct GridUnit {
-    uint8_t scale = 0;
-    int entry[8] = {};
+    uint8_t scale[2] = {};
+    uint32_t word[8] = {};
     uint8_t signs[4] = {};
-    const uint32_t *grid = nullptr;
 };
 
-// A group of a grid type in IQ4_XS's layout: per row and super-block d as it
-// is, then per sub-block j what read(blk, j, unit) gives: its scale byte and
+// A block's fp16 d: where ggml keeps it (IQ1_M: spread over the top 4 bits
+// of its 4 words of scales).
+template <typename Block>
+uint16_t block_d(const Block &blk) {
+    return blk.d;
+}
+uint16_t block_d(const BlockIQ1M &blk) {
+    uint16_t sc[4];
+    std::memcpy(sc, blk.scales, sizeof sc);
+    return static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+}
+
+// A group of a grid type in IQ4_XS's layout (kPer16 false: the X4 types) or
+// the K16 IQ types' (Q6_K's scales and low nibbles): per row and super-block
+// d, then per sub-block j what read(blk, j, unit) gives: its scale bytes and
 // each value's nibble.
-template <typename Block, typename Read>
+template <bool kPer16, typename Block, typename Read>
 void pack_grid_group(const Block *in, int64_t nb, uint8_t *out, Read read) {
-    for_each_row_block(in, nb, kX4Block, out, [&read](const Block &blk, int r, uint8_t *out) {
-        std::memcpy(out + kX4D + 2 * r, &blk.d, 2);
+    constexpr size_t kBlock = kPer16 ? kI16Block : kX4Block, kQs = kPer16 ? kI16Qs : kX4Qs;
+    static_assert(kX4D == kI16D, "both layouts start with d");
+    for_each_row_block(in, nb, kBlock, out, [&read](const Block &blk, int r, uint8_t *out) {
+        const uint16_t d = block_d(blk);
+        std::memcpy(out + kX4D + 2 * r, &d, 2);
         for (int j = 0; j < 8; ++j) {
             GridUnit u;
             read(blk, j, u);
-            out[kX4Sc + 16 * j + r] = u.scale;
+            if constexpr (kPer16) {
+                out[kI16Sc + 32 * j + 2 * r] = u.scale[0];
+                out[kI16Sc + 32 * j + 2 * r + 1] = u.scale[1];
+            } else {
+                out[kX4Sc + 16 * j + r] = u.scale[0];
+            }
             uint8_t q[kQK];
             for (int k = 0; k < 8; ++k) {
-                const uint32_t m = u.grid[u.entry[k]] ^ kSignFlips[(u.signs[k / 2] >> (4 * (k % 2))) & 15];
+                const uint32_t m = u.word[k] ^ kSignFlips[(u.signs[k / 2] >> (4 * (k % 2))) & 15];
                 std::memcpy(q + 4 * k, &m, sizeof m);
             }
-            put_nibbles(q, r, out + kX4Qs + 256 * j);
+            put_nibbles(q, r, out + kQs + 256 * j);
         }
     });
+}
+
+// The words of an entry of 8 values (entry e's words 2e and 2e + 1 of a grid's nibbles) as words k and k + 1.
+void entry_words(const uint32_t *grid, int entry, GridUnit &u, int k) {
+    u.word[k] = grid[2 * entry];
+    u.word[k + 1] = grid[2 * entry + 1];
 }
 
 // IQ3_S in IQ4_XS's layout: the scales 2 sc + 1, and each value's signed
@@ -512,11 +595,10 @@ void pack_grid_group(const Block *in, int64_t nb, uint8_t *out, Read read) {
 // Values 4k.. of sub-block j: grid entry qs[8j + k] | (bit k of qh[j]) << 8,
 // their signs bits 4 (k % 2).. of signs[4j + k / 2].
 void pack_iq3_s_group(const BlockIQ3S *in, int64_t nb, uint8_t *out) {
-    pack_grid_group(in, nb, out, [grid = iq3s_grid_nibbles().data()](const BlockIQ3S &blk, int j, GridUnit &u) {
-        u.scale = static_cast<uint8_t>(2 * ((blk.scales[j / 2] >> (4 * (j % 2))) & 15) + 1);
-        for (int k = 0; k < 8; ++k) u.entry[k] = blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8;
+    pack_grid_group<false>(in, nb, out, [grid = iq3s_grid_nibbles().data()](const BlockIQ3S &blk, int j, GridUnit &u) {
+        u.scale[0] = static_cast<uint8_t>(2 * ((blk.scales[j / 2] >> (4 * (j % 2))) & 15) + 1);
+        for (int k = 0; k < 8; ++k) u.word[k] = grid[blk.qs[8 * j + k] | ((blk.qh[j] >> k) & 1) << 8];
         std::memcpy(u.signs, blk.signs + 4 * j, sizeof u.signs);
-        u.grid = grid;
     });
 }
 
@@ -525,13 +607,12 @@ void pack_iq3_s_group(const BlockIQ3S *in, int64_t nb, uint8_t *out) {
 // Values 4k.. of sub-block j: grid entry qs[8j + k], their signs bits 4 (k %
 // 2).. of the 8 signs of the 7-bit pattern k / 2 in sub-block j's word.
 void pack_iq3_xxs_group(const BlockIQ3XXS *in, int64_t nb, uint8_t *out) {
-    pack_grid_group(in, nb, out, [grid = iq3xxs_grid_nibbles().data()](const BlockIQ3XXS &blk, int j, GridUnit &u) {
+    pack_grid_group<false>(in, nb, out, [grid = iq3xxs_grid_nibbles().data()](const BlockIQ3XXS &blk, int j, GridUnit &u) {
         uint32_t word;
         std::memcpy(&word, blk.signs_scales + 4 * j, sizeof word);
-        u.scale = static_cast<uint8_t>(2 * (word >> 28) + 1);
-        for (int k = 0; k < 8; ++k) u.entry[k] = blk.qs[8 * j + k];
+        u.scale[0] = static_cast<uint8_t>(2 * (word >> 28) + 1);
+        for (int k = 0; k < 8; ++k) u.word[k] = grid[blk.qs[8 * j + k]];
         even_signs(word, u.signs);
-        u.grid = grid;
     });
 }
 
@@ -541,13 +622,12 @@ void pack_iq3_xxs_group(const BlockIQ3XXS *in, int64_t nb, uint8_t *out) {
 // qs[8j + l] and the next of the grid's nibbles), then the word of signs
 // and ls, sign pattern l for entry l.
 void pack_iq2_xxs_group(const BlockIQ2XXS *in, int64_t nb, uint8_t *out) {
-    pack_grid_group(in, nb, out, [grid = iq2xxs_grid_nibbles().data()](const BlockIQ2XXS &blk, int j, GridUnit &u) {
+    pack_grid_group<false>(in, nb, out, [grid = iq2xxs_grid_nibbles().data()](const BlockIQ2XXS &blk, int j, GridUnit &u) {
         uint32_t word;
         std::memcpy(&word, blk.qs + 8 * j + 4, sizeof word);
-        u.scale = static_cast<uint8_t>(2 * (word >> 28) + 1);
-        for (int k = 0; k < 8; ++k) u.entry[k] = 2 * blk.qs[8 * j + k / 2] + k % 2;
+        u.scale[0] = static_cast<uint8_t>(2 * (word >> 28) + 1);
+        for (int l = 0; l < 4; ++l) entry_words(grid, blk.qs[8 * j + l], u, 2 * l);
         even_signs(word, u.signs);
-        u.grid = grid;
     });
 }
 
@@ -557,12 +637,62 @@ void pack_iq2_xxs_group(const BlockIQ2XXS *in, int64_t nb, uint8_t *out) {
 // l] | bits 3l.. of qh[j] << 8 (values 8l.., the grid's words 2 entry and
 // the next).
 void pack_iq1_s_group(const BlockIQ1S *in, int64_t nb, uint8_t *out) {
-    pack_grid_group(in, nb, out, [plus = iq1s_grid_nibbles<false>().data(), minus = iq1s_grid_nibbles<true>().data()](
-                                     const BlockIQ1S &blk, int j, GridUnit &u) {
+    pack_grid_group<false>(in, nb, out, [plus = iq1s_grid_nibbles<false>().data(), minus = iq1s_grid_nibbles<true>().data()](
+                                            const BlockIQ1S &blk, int j, GridUnit &u) {
         const unsigned qh = blk.qh[j];
-        u.scale = static_cast<uint8_t>(2 * ((qh >> 12) & 7) + 1);
-        for (int k = 0; k < 8; ++k) u.entry[k] = 2 * (blk.qs[4 * j + k / 2] | ((qh >> (3 * (k / 2))) & 7) << 8) + k % 2;
-        u.grid = qh & 0x8000 ? minus : plus;
+        u.scale[0] = static_cast<uint8_t>(2 * ((qh >> 12) & 7) + 1);
+        for (int l = 0; l < 4; ++l) entry_words(qh & 0x8000 ? minus : plus, blk.qs[4 * j + l] | ((qh >> (3 * l)) & 7) << 8, u, 2 * l);
+    });
+}
+
+// The scale bytes 2 ls + 1 of sub-block j's halves, from IQ2_XS's and IQ2_S's byte j of 4-bit ls.
+template <typename Block>
+void halves_scales(const Block &blk, int j, GridUnit &u) {
+    u.scale[0] = static_cast<uint8_t>(2 * (blk.scales[j] & 15) + 1);
+    u.scale[1] = static_cast<uint8_t>(2 * (blk.scales[j] >> 4) + 1);
+}
+
+// IQ2_XS in the K16 IQ layout: the scales 2 ls + 1 per 16 values, each
+// value's signed grid value as its nibble in kIq2xxsValues (the tiles take
+// d's 1/8). Entry l of sub-block j: the low 9 bits of qs[4j + l], its signs
+// the top 7 and their parity.
+void pack_iq2_xs_group(const BlockIQ2XS *in, int64_t nb, uint8_t *out) {
+    pack_grid_group<true>(in, nb, out, [grid = iq2xs_grid_nibbles().data()](const BlockIQ2XS &blk, int j, GridUnit &u) {
+        halves_scales(blk, j, u);
+        for (int l = 0; l < 4; ++l) {
+            const unsigned q = blk.qs[4 * j + l], seven = q >> 9;
+            entry_words(grid, static_cast<int>(q & 511), u, 2 * l);
+            u.signs[l] = static_cast<uint8_t>(seven | (__builtin_parity(seven) << 7));
+        }
+    });
+}
+
+// IQ2_S likewise: entry l of sub-block j is qs[4j + l] | bits 2l.. of qh[j]
+// << 8, its signs the byte qs[32 + 4j + l].
+void pack_iq2_s_group(const BlockIQ2S *in, int64_t nb, uint8_t *out) {
+    pack_grid_group<true>(in, nb, out, [grid = iq2s_grid_nibbles().data()](const BlockIQ2S &blk, int j, GridUnit &u) {
+        halves_scales(blk, j, u);
+        for (int l = 0; l < 4; ++l) entry_words(grid, blk.qs[4 * j + l] | ((blk.qh[j] >> (2 * l)) & 3) << 8, u, 2 * l);
+        std::memcpy(u.signs, blk.qs + kQKK / 8 + 4 * j, sizeof u.signs);
+    });
+}
+
+// IQ1_M in the K16 IQ layout: the scales 2 ls + 1 per 16 values (sub-block
+// j's in bits 6 (j % 2).. of scale word j / 2), each value's 8 (g +- 1/8) as
+// its nibble in kIq1sValues from IQ1_S's grid for the entry's delta (the
+// tiles take d's 1/8). Entry l of sub-block j: qs[4j + l] | the low 3 bits
+// of nibble l % 2 of qh[2j + l / 2] << 8, the nibble's fourth bit its delta.
+void pack_iq1_m_group(const BlockIQ1M *in, int64_t nb, uint8_t *out) {
+    pack_grid_group<true>(in, nb, out, [plus = iq1s_grid_nibbles<false>().data(), minus = iq1s_grid_nibbles<true>().data()](
+                                           const BlockIQ1M &blk, int j, GridUnit &u) {
+        uint16_t sc;
+        std::memcpy(&sc, blk.scales + 2 * (j / 2), sizeof sc);
+        u.scale[0] = static_cast<uint8_t>(2 * ((sc >> (6 * (j % 2))) & 7) + 1);
+        u.scale[1] = static_cast<uint8_t>(2 * ((sc >> (6 * (j % 2) + 3)) & 7) + 1);
+        for (int l = 0; l < 4; ++l) {
+            const unsigned nibble = (blk.qh[2 * j + l / 2] >> (4 * (l % 2))) & 15;
+            entry_words(nibble & 8 ? minus : plus, static_cast<int>(blk.qs[4 * j + l] | (nibble & 7) << 8), u, 2 * l);
+        }
     });
 }
 
@@ -867,6 +997,9 @@ void pack_matrix(ggml_type type, const void *src, void *dst, int64_t n_in, int64
         case GGML_TYPE_IQ3_XXS: pack_iq3_xxs_group(reinterpret_cast<const BlockIQ3XXS *>(s), depth, d); break;
         case GGML_TYPE_IQ2_XXS: pack_iq2_xxs_group(reinterpret_cast<const BlockIQ2XXS *>(s), depth, d); break;
         case GGML_TYPE_IQ1_S: pack_iq1_s_group(reinterpret_cast<const BlockIQ1S *>(s), depth, d); break;
+        case GGML_TYPE_IQ2_XS: pack_iq2_xs_group(reinterpret_cast<const BlockIQ2XS *>(s), depth, d); break;
+        case GGML_TYPE_IQ2_S: pack_iq2_s_group(reinterpret_cast<const BlockIQ2S *>(s), depth, d); break;
+        case GGML_TYPE_IQ1_M: pack_iq1_m_group(reinterpret_cast<const BlockIQ1M *>(s), depth, d); break;
         case GGML_TYPE_BF16:
             pack_bf16_group(reinterpret_cast<const uint16_t *>(s), n_in, reinterpret_cast<uint16_t *>(d));
             break;

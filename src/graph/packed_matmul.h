@@ -1,4 +1,4 @@
-// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and BF16 weights on
+// toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, every IQ type and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
 // Q4_0 to Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and the K-quants' prompts where the CPU has AMX, packed_kernels_amx.cpp),
@@ -71,6 +71,17 @@
 //   table of 8 (g + delta), -9, -7, -1, 1, 7, 9, read from the grid for the
 //   sub-block's delta; d times 1/8 in the tiles. 2.76 times as large (4.3
 //   bits a weight for 1.56), with IQ2_XXS's memory rule.
+// - IQ2_XS, IQ2_S (d / 8 (2 ls + 1) times a signed grid value, 8, 25 or 43,
+//   4-bit ls per 16 values; grid entries of 8 picked by 9 or 10 bits) and
+//   IQ1_M (d (2 ls + 1) (g + delta), 3-bit ls per 16, delta +-1/8 per 8
+//   values): per 16 values a scale, which IQ4_XS's layout has no room for,
+//   so Q6_K's layout without its high planes: d, the scales 2 ls + 1 as
+//   Q6_K's bytes, Q6_K's low nibbles looked up in IQ2_XXS's or IQ1_S's
+//   table (IQ1_M's entries each from the grid of its delta); Q6_K's tile
+//   with the table's offset (+ 128) taken back with the input's sums per 16,
+//   d times 1/8. 4.56 bits a weight: 1.97, 1.78 and 2.61 times IQ2_XS,
+//   IQ2_S and IQ1_M, with IQ2_XXS's memory rule; no AMX tiles (the AVX-512
+//   set's run their prompts there).
 // - BF16 (CPUs with AVX512_BF16): per pair of inputs, the 16 rows' two
 //   bfloat16 side by side; VDPBF16PS against the input rounded to bfloat16
 //   as ggml rounds it, each product exact in float32. Same size as BF16.
@@ -93,7 +104,7 @@
 namespace toy::graph {
 
 // Whether a kernel takes a matrix of this type and shape: Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
+// Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, an IQ type (IQ1_S to IQ4_XS) or BF16 (an even n_in), 2-D, n_out a multiple of 16, on a CPU that
 // runs one of the kernel sets (AVX-512 VNNI, BF16 only with AVX512_BF16;
 // else AVX2 + FMA + F16C, without BF16; chosen at run time). False
 // elsewhere, where ggml's own kernels run.
@@ -139,7 +150,7 @@ bool packed_input_inline(const ggml_tensor *x);
 ggml_type packed_input_type(ggml_type type);
 
 // x [n_in, ...] prepared for packed_mul_mat by a matrix of `type` (Q8_0,
-// Q4_0 to Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
+// Q4_0 to Q5_1, the IQ types and the K-quants: quantized as ggml quantizes that matmul's input; F16, BF16:
 // rounded through fp16 or to bfloat16, as ggml does).
 ggml_tensor *quantize_input(ggml_context *ctx, ggml_tensor *x, ggml_type type);
 

@@ -304,8 +304,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     const std::vector<ggml_backend_buffer_type_t> extra_bufts =
         opts.repack ? cpu_extra_bufts() : std::vector<ggml_backend_buffer_type_t>{};
     // toy's own packed layout, where its kernel takes the matrix. The
-    // layouts of IQ3_S, IQ3_XXS, IQ2_XXS and IQ1_S are much larger than the
-    // types' own (1.25x, 1.39x, 2.06x, 2.76x: packed_kernels.h), and a model in such a type
+    // layouts of the IQ types below IQ4_XS are much larger than the types'
+    // own (1.25x for IQ3_S to 2.76x for IQ1_S: packed_kernels.h), and a model in such a type
     // was chosen to be small: those matrices are packed only where all of
     // the model's packed matrices fit in half the memory available, as the
     // huge-page copies below; elsewhere they stay in the mapping on ggml's

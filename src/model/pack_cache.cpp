@@ -81,7 +81,7 @@ uint64_t packed_layout_fingerprint() {
         uint64_t h = kFnv1aStart;
         const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL,
                                    GGML_TYPE_F16,  GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K, GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS,
-                                   GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ1_S, GGML_TYPE_BF16};
+                                   GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M, GGML_TYPE_BF16};
         for (ggml_type type : types) {
             const int64_t ne[2] = {n_in, n_out};
             if (!graph::packed_matmul_supports(type, ne, 2)) continue;
