@@ -680,15 +680,17 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
     }
     constexpr size_t kBlock = k16_block(kType);
     constexpr size_t kPlanes = kType == K16::q6_k ? kQ6Qh : kType == K16::q3_k ? kQ3Ql : kQ2Qs;  // (none: the IQ types)
-    constexpr bool kTable = k16_table(kType), kPairsAdd = !kTable || k16_offset_shift(kType) <= 5;
+    constexpr bool kTable = k16_table(kType);
+    constexpr bool kPairsAdd = kType != K16::iq2;  // quants below 64 (IQ2's t + 64 reach 107): two pairs add in int16
     const __m256i table = kTable ? table16(x4_table(k16_values(kType), 1 << k16_offset_shift(kType))) : _mm256_setzero_si256();
     k_quant_blocks<C, kStream, kBlock>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
             prefetch_part<kStream>(wb, kBlock, 8 * h + j, 16);
-            const __m256i p0 = kTable ? table : load(wb + kPlanes + 128 * j + 32 * h);
-            const __m256i p1 = kTable ? table : load(wb + kPlanes + 128 * j + 64 + 32 * h);
+            const __m256i none = _mm256_setzero_si256();  // (the IQ types have no planes)
+            const __m256i p0 = kTable ? none : load(wb + kPlanes + 128 * j + 32 * h);
+            const __m256i p1 = kTable ? none : load(wb + kPlanes + 128 * j + 64 + 32 * h);
             const __m256i t = kType == K16::q3_k ? load(wb + kQ3Qh + 64 * j + 32 * h) : table;
             // the unit's two scales (int16 per row: a low, b high), each in both halves
             const __m256i pr = k16_pairs<kType, false>(wb, j, h);
