@@ -4,7 +4,7 @@
 //
 //   toy_tile_bench TYPE N_IN N_OUT [COLUMNS] [MIB]
 //     TYPE     a type the packed kernels take, by ggml's name in any case:
-//              q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq1_s,
+//              q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m,
 //              f16 (a matrix [N_IN, N_OUT] of random values)
 //     COLUMNS  input columns per product, 1-8 (1: decoding), or a
 //              multiple of 16 on the amx set (its AMX tiles)        [1]

@@ -73,7 +73,7 @@ struct LoadOptions {
     std::string pack_cache_dir;
     // The memory the load may count on for copies, in bytes: huge-page
     // copies of mapped matrices and the packed layouts much larger than
-    // their types' (IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S) each need all their bytes within half
+    // their types' (the IQ types below IQ4_XS) each need all their bytes within half
     // of it. 0: what the kernel says is available (MemAvailable) at load.
     size_t available_memory = 0;
     // Blocks on other devices (GPUs, RPC servers): copied into their memory,
