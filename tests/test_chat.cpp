@@ -370,7 +370,13 @@ TEST(ChatTemplate, ValuesInACycleAreFreedAfterEachRendering) {
                          "", "", "cycle");
     const size_t before = toy::peak_rss_bytes();
     for (int i = 0; i < 20; ++i) ASSERT_EQ(t.apply({{"user", "hi"}}, false), "2");
+#ifndef __SANITIZE_ADDRESS__
     EXPECT_LT(toy::peak_rss_bytes() - before, size_t(128) << 20) << "20 renderings of 16 MB each";
+#else
+    // (make test-asan: freed memory waits in ASan's quarantine, 256 MB, so the
+    // peak grows either way; its leak check reports a cycle left behind at exit)
+    (void)before;
+#endif
 }
 
 // replace() and split() within the size bound, in linear time: the
