@@ -418,10 +418,10 @@ void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
 
 // A grid of kValues-value entries (IQ3_S's 512 and IQ3_XXS's 256 of 4;
 // IQ2_XXS's 256, IQ2_XS's 512, IQ2_S's 1024 and IQ1_S's 2048 of 8) as the
-// nibbles of their positive values in an X4 table, 4 to a word (entry e's values in words e kValues / 4 ..), read once
-// from ggml's dequantization of blocks that pick 256 / kValues entries each
-// in turn (`pick`: d 1, scales 0, no signs; each value then the grid value
-// times `step`). A negative value -g is 15 - m for g's nibble m: the nibble
+// nibbles of their positive values in an X4 table, 4 to a word (entry e's
+// values in words e kValues / 4 ..), read once from ggml's dequantization
+// of blocks that pick 256 / kValues entries each in turn (`pick`: d 1,
+// scales 0, no signs; each value then the grid value times `step`). A negative value -g is 15 - m for g's nibble m: the nibble
 // xor 15.
 template <typename Block, size_t kEntries, int kValues = 4>
 std::array<uint32_t, kEntries * kValues / 4> grid_nibbles(ggml_type type, X4 table, float step, void (*pick)(Block &, int first)) {
@@ -512,13 +512,13 @@ const std::array<uint32_t, 4096> &iq1s_grid_nibbles() {
     return nibbles;
 }
 
-// IQ3_XXS's and IQ2_XXS's 7-bit sign patterns of a sub-block's word as 8
-// signs each: the eighth makes the number of minus signs even.
+// A 7-bit sign pattern (IQ3_XXS, IQ2_XXS, IQ2_XS) as 8 signs: the eighth
+// makes the number of minus signs even.
+uint8_t even_signs(unsigned seven) { return static_cast<uint8_t>(seven | (__builtin_parity(seven) << 7)); }
+
+// IQ3_XXS's and IQ2_XXS's four 7-bit sign patterns of a sub-block's word.
 void even_signs(uint32_t word, uint8_t (&signs)[4]) {
-    for (int l = 0; l < 4; ++l) {
-        const uint32_t seven = (word >> (7 * l)) & 127;
-        signs[l] = static_cast<uint8_t>(seven | (__builtin_parity(seven) << 7));
-    }
+    for (int l = 0; l < 4; ++l) signs[l] = even_signs((word >> (7 * l)) & 127);
 }
 
 // 4 sign bits as 4 bytes, 15 where set (what turns m into 15 - m).
@@ -660,9 +660,9 @@ void pack_iq2_xs_group(const BlockIQ2XS *in, int64_t nb, uint8_t *out) {
     pack_grid_group<true>(in, nb, out, [grid = iq2xs_grid_nibbles().data()](const BlockIQ2XS &blk, int j, GridUnit &u) {
         halves_scales(blk, j, u);
         for (int l = 0; l < 4; ++l) {
-            const unsigned q = blk.qs[4 * j + l], seven = q >> 9;
+            const unsigned q = blk.qs[4 * j + l];
             entry_words(grid, static_cast<int>(q & 511), u, 2 * l);
-            u.signs[l] = static_cast<uint8_t>(seven | (__builtin_parity(seven) << 7));
+            u.signs[l] = even_signs(q >> 9);
         }
     });
 }
