@@ -114,12 +114,14 @@ inline void load_q6_k_unit(const uint8_t *w, int j, __m512i *v) {
 // The 8 vectors of a K16 type's unit j (32 inputs) of the super-block at w:
 // its quants as bytes (Q6_K's stored + 32, Q3_K's + 4, the IQ types' t[q] +
 // 128), inputs 4k.. in v[k].
+// The K16 IQ types' tables + 128 (1 << kK16IqShift) on this set: unsigned, as VPDPBUSD takes them.
+constexpr int kK16IqShift = 7;
 template <K16 kType>
 inline void load_k16_unit(const uint8_t *w, int j, __m512i *v) {
     if constexpr (kType == K16::q6_k) {
         load_q6_k_unit(w, j, v);
     } else if constexpr (k16_table(kType)) {
-        static constexpr std::array<uint8_t, 16> kTable = x4_table(k16_values(kType), 128);
+        static constexpr std::array<uint8_t, 16> kTable = x4_table(k16_values(kType), 1 << kK16IqShift);
         load_nibbles(w + kI16Qs + 256 * j, v);
         look_up(kTable, v);
     } else {
@@ -188,10 +190,6 @@ inline __m512i load_k16_scale_pairs(const uint8_t *w, int j) {
     return kCorrection ? _mm512_srli_epi16(pairs, 4) : _mm512_and_si512(pairs, _mm512_set1_epi16(15));
 }
 
-// How far a K16 type's quants are shifted up in its unit's bytes (Q6_K's 32,
-// Q3_K's 4, the IQ types' 128), as a power of two; Q2_K's none.
-constexpr int k16_offset_shift(K16 t) { return t == K16::q6_k ? 5 : t == K16::q3_k ? 2 : k16_table(t) ? 7 : 0; }
-
 // Q6_K, Q3_K and the IQ types, per super-block: the quants are stored + 32
 // (+ 4, + 128), so that x (sum of scale x sum of 16 inputs) = corr <<
 // k16_offset_shift comes off the scaled sums (tot); d times the IQ types'
@@ -200,7 +198,7 @@ template <K16 kType>
 inline __m512 k16_step(__m512 acc, __m512i tot, __m512i corr, const uint8_t *w, float dy) {
     const __m512 dw = load_f16x16(w + kQ6D);  // where they all keep d
     if constexpr (kType == K16::q2_k) return q4_k_step(acc, tot, corr, dw, load_f16x16(w + kQ2Dmin), dy);
-    const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(corr, k16_offset_shift(kType)));
+    const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(corr, k16_offset_shift(kType, kK16IqShift)));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(dy * k16_d_factor(kType))), acc);
 }
 

@@ -172,6 +172,12 @@ constexpr float x4_d_factor(X4 t) { return t == X4::iq3_xxs ? 0.25f : t == X4::i
 // A K16 IQ type's table (the X4 type whose values it has) and d's factor.
 constexpr X4 k16_values(K16 t) { return t == K16::iq2 ? X4::iq2_xxs : X4::iq1_s; }
 constexpr float k16_d_factor(K16 t) { return k16_table(t) ? x4_d_factor(k16_values(t)) : 1.0f; }
+// How far a K16 type's quants are shifted up in the unit's bytes a kernel set
+// multiplies, as a power of two: Q6_K's 32 and Q3_K's 4 as they are stored,
+// Q2_K's none, and the IQ types' table offset, which the set chooses (iq_shift).
+constexpr int k16_offset_shift(K16 t, int iq_shift) {
+    return t == K16::q6_k ? 5 : t == K16::q3_k ? 2 : t == K16::q2_k ? 0 : iq_shift;
+}
 // The X4 type of a ggml type, or -1.
 constexpr int x4_of(ggml_type type) {
     return type == GGML_TYPE_IQ4_XS ? static_cast<int>(X4::iq4_xs) : type == GGML_TYPE_IQ3_S ? static_cast<int>(X4::iq3_s)

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -620,11 +621,10 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
     });
 }
 
-// The offset that makes a K16 IQ type's table unsigned here (x4_offset: 64
-// for IQ2_XS's and IQ2_S's values up to 43, 16 for IQ1_M's up to 9), as a
-// power of two; Q6_K's 32 and Q3_K's 4 as they are stored; Q2_K's none.
-constexpr int k16_offset_shift(K16 t) {
-    return t == K16::q6_k ? 5 : t == K16::q3_k ? 2 : t == K16::q2_k ? 0 : x4_offset(k16_values(t)) == 64 ? 6 : 4;
+// k16_offset_shift on this set: the IQ types' tables unsigned with x4_offset
+// (64 for IQ2_XS's and IQ2_S's values up to 43, 16 for IQ1_M's up to 9).
+constexpr int avx2_k16_offset_shift(K16 t) {
+    return k16_offset_shift(t, std::countr_zero(static_cast<unsigned>(x4_offset(k16_values(t)))));
 }
 
 // A K16 type's quants of inputs 4K.. (a) and 16 + 4K.. (b) of unit j's half
@@ -682,7 +682,7 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
     constexpr size_t kPlanes = kType == K16::q6_k ? kQ6Qh : kType == K16::q3_k ? kQ3Ql : kQ2Qs;  // (none: the IQ types)
     constexpr bool kTable = k16_table(kType);
     constexpr bool kPairsAdd = kType != K16::iq2;  // quants below 64 (IQ2's t + 64 reach 107): two pairs add in int16
-    const __m256i table = kTable ? table16(x4_table(k16_values(kType), 1 << k16_offset_shift(kType))) : _mm256_setzero_si256();
+    const __m256i table = kTable ? table16(x4_table(k16_values(kType), 1 << avx2_k16_offset_shift(kType))) : _mm256_setzero_si256();
     k_quant_blocks<C, kStream, kBlock>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
@@ -736,7 +736,7 @@ void k16_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, 
                 const __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[c]), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc));
                 _mm256_storeu_ps(yc, _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, dy), acc));
             } else {
-                const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, k16_offset_shift(kType)));
+                const __m256i sum = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, avx2_k16_offset_shift(kType)));
                 _mm256_storeu_ps(yc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dy), _mm256_loadu_ps(yc)));
             }
         }

@@ -421,8 +421,8 @@ void pack_iq4_xs_group(const BlockIQ4XS *in, int64_t nb, uint8_t *out) {
 // nibbles of their positive values in an X4 table, 4 to a word (entry e's
 // values in words e kValues / 4 ..), read once from ggml's dequantization
 // of blocks that pick 256 / kValues entries each in turn (`pick`: d 1,
-// scales 0, no signs; each value then the grid value times `step`). A negative value -g is 15 - m for g's nibble m: the nibble
-// xor 15.
+// scales 0, no signs; each value then the grid value times `step`). A
+// negative value -g is 15 - m for g's nibble m: the nibble xor 15.
 template <typename Block, size_t kEntries, int kValues = 4>
 std::array<uint32_t, kEntries * kValues / 4> grid_nibbles(ggml_type type, X4 table, float step, void (*pick)(Block &, int first)) {
     constexpr int kPerBlock = kQKK / kValues;
