@@ -20,36 +20,48 @@ inline std::pair<int64_t, int64_t> thread_share(int64_t n, int ith, int nth) {
 
 // A custom op's n units shared out while it runs, for ops whose threads can
 // fall out of step (a VM's vCPUs, a core that also takes interrupts): each
-// thread first takes a contiguous share of the first three quarters, then
-// claims the rest in chunks from a counter kept in the op's own tensor, so a
-// thread that is held up leaves its part of the rest to the others. Each
-// thread claims its next chunk before it works on the one it has and calls
-// `ahead(begin)` for it, so that the chunk's first bytes can be on their way
-// (a weight stream that starts anew stalls without). `work(begin, end)` gets
-// each range. Every thread of the op must call this once per run (ggml calls
-// a custom op's function on all of its threads, and a graph stops between
-// nodes, never inside one); the last to finish resets the counter for the
-// graph's next run.
+// thread first takes a contiguous share of the first half, then claims the
+// rest in chunks from a counter kept in the op's own tensor, so a thread that
+// is held up leaves its part of the rest to the others. The chunks halve in
+// size every nth of them, down to one unit, so the threads run out of work
+// together. (With three quarters shared out first and the rest in equal
+// chunks of an eighth of it, the thread that finished first waited 10-17 us
+// of a 270 us gate|up product decoding Qwen2.5-0.5B, 140-240 us of the
+// output's 4.2 ms; now 4-10 and 2-17 us in most runs.) Each thread claims its
+// next chunk before it works on the one it has and calls `ahead(begin)` for
+// it, so that the chunk's first bytes can be on their way (a weight stream
+// that starts anew stalls without). `work(begin, end)` gets each range. Every
+// thread of the op must call this once per run (ggml calls a custom op's
+// function on all of its threads, and a graph stops between nodes, never
+// inside one); the last to finish resets the counter for the graph's next
+// run.
 template <typename Work, typename Ahead>
 void share_work(ggml_tensor *dst, int64_t n, int ith, int nth, Work &&work, Ahead &&ahead) {
     if (nth <= 1) {
         if (n > 0) work(int64_t{0}, n);
         return;
     }
-    const int64_t per = n * 3 / (4 * nth), fixed = per * nth;
-    const int64_t chunk = std::max<int64_t>(1, (n - fixed) / (4 * nth)), chunks = (n - fixed + chunk - 1) / chunk;
+    const int64_t per = n / (2 * nth), fixed = per * nth;
+    // chunk c's first unit (n or more: no such chunk)
+    const auto chunk_begin = [&](int64_t c) {
+        int64_t begin = fixed, size = std::max<int64_t>(1, (n - fixed) / (2 * nth));
+        while (c >= nth && begin < n) begin += nth * size, c -= nth, size = std::max<int64_t>(1, size / 2);
+        return begin + c * size;
+    };
     // op_params' last two words: a custom op's own parameters (function,
     // task count, user data) take the first 24 of its 64 bytes
     static_assert(GGML_MAX_OP_PARAMS == 64);
     std::atomic_ref<int32_t> next(dst->op_params[14]), done(dst->op_params[15]);
     int64_t c = next.fetch_add(1, std::memory_order_relaxed);
-    if (c < chunks) ahead(fixed + c * chunk);
+    if (chunk_begin(c) < n) ahead(chunk_begin(c));
     if (per > 0) work(ith * per, (ith + 1) * per);
-    while (c < chunks) {
-        const int64_t begin = fixed + c * chunk;
+    for (int64_t begin = chunk_begin(c); begin < n;) {
+        const int64_t end = std::min(n, chunk_begin(c + 1));
         c = next.fetch_add(1, std::memory_order_relaxed);
-        if (c < chunks) ahead(fixed + c * chunk);
-        work(begin, std::min(n, begin + chunk));
+        const int64_t following = chunk_begin(c);
+        if (following < n) ahead(following);
+        work(begin, end);
+        begin = following;
     }
     if (done.fetch_add(1, std::memory_order_acq_rel) == nth - 1) {
         next.store(0, std::memory_order_relaxed);
