@@ -52,10 +52,10 @@ void share_work(ggml_tensor *dst, int64_t n, int ith, int nth, Work &&work, Ahea
     // task count, user data) take the first 24 of its 64 bytes
     static_assert(GGML_MAX_OP_PARAMS == 64);
     std::atomic_ref<int32_t> next(dst->op_params[14]), done(dst->op_params[15]);
-    int64_t c = next.fetch_add(1, std::memory_order_relaxed);
-    if (chunk_begin(c) < n) ahead(chunk_begin(c));
+    int64_t c = next.fetch_add(1, std::memory_order_relaxed), begin = chunk_begin(c);
+    if (begin < n) ahead(begin);
     if (per > 0) work(ith * per, (ith + 1) * per);
-    for (int64_t begin = chunk_begin(c); begin < n;) {
+    while (begin < n) {
         const int64_t end = std::min(n, chunk_begin(c + 1));
         c = next.fetch_add(1, std::memory_order_relaxed);
         const int64_t following = chunk_begin(c);
