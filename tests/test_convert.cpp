@@ -534,4 +534,25 @@ TEST(Convert, BadInputsAreOneLineErrorsAndWriteNothing) {
     }
     expect_error(test::shell_quote(good) + " --outtype q3", "--outtype: unknown type 'q3' (expected auto, f32, f16, bf16, q8_0 or a type of toy quantize");
     expect_error(test::shell_quote(tmp.file("nothing-here")), "no such file or directory");
+    // weights the output type cannot hold: past F16's range (llama.cpp's converter writes infinities), a NaN
+    const std::tuple<float, const char *, const char *> unheld[] = {
+        {131072.0f, "f16", "tensor 'blk.0.attn_q.weight': rows 0..31 hold values up to 131072, beyond what f16 can hold"},
+        {std::nanf(""), "f32", "tensor 'blk.0.attn_q.weight': row 0 holds a non-finite value (nan)"},
+    };
+    for (const auto &[value, outtype, needle] : unheld) {
+        const fs::path d = copy_of(std::string("unheld-") + outtype);
+        auto st = convert::Safetensors::open_file((fs::path(good) / "model.safetensors").string());
+        std::vector<StBytes> tensors;
+        for (const auto &t : st->tensors()) {
+            tensors.push_back(bytes_of(t));
+            if (t.name != "model.layers.0.self_attn.q_proj.weight") continue;
+            uint32_t bits;  // the first value, as bfloat16: the upper half of its float32
+            std::memcpy(&bits, &value, 4);
+            const uint16_t bf16 = (uint16_t)(bits >> 16);
+            tensors.back().bytes.replace(0, 2, reinterpret_cast<const char *>(&bf16), 2);
+        }
+        st.reset();
+        write_safetensors(d / "model.safetensors", tensors);
+        expect_error(test::shell_quote(d.string()) + " --outtype " + outtype, needle);
+    }
 }

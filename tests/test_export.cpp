@@ -10,10 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <random>
 
 using namespace toy;
 using toy::test::tiny_model;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -150,6 +152,23 @@ TEST(Export, PerHeadLayoutAndFuseRoundTrip) {
             EXPECT_EQ(std::memcmp(fused->tensor_data(f), orig->tensor_data(t), t.nbytes), 0) << t.name;
         }
     }
+}
+
+TEST(Export, WeightsTheTypeCannotHoldAreErrors) {
+    // an adapter merged at a scale that puts weights past what Q8_0's 16-bit
+    // scales (or F16, where a row is no multiple of its block) hold: an error
+    // naming the tensor, and no file
+    test::TempDir dir;
+    auto base = Model::load(tiny_model("llama"), plain());
+    LoraSet set = LoraSet::load({{foreign_adapter(*base, dir.file("c.gguf")), 1e10f}}, *base);
+    ExportOptions o;
+    o.type = InitType::Q8_0;
+    const std::string out = dir.file("m.gguf");
+    const std::string err = test::error_of([&] { export_model(*base, set, out, o); });
+    EXPECT_NE(err.find("while producing tensor '"), std::string::npos) << err;
+    EXPECT_NE(err.find("can hold (they read back non-finite)"), std::string::npos) << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(Export, CommandLine) {

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 using namespace toy;
@@ -368,6 +369,84 @@ TEST(QuantizeImatrix, RejectsCorruptFiles) {
         EXPECT_NE(err.find(expected), std::string::npos) << err;
         EXPECT_EQ(err.find('\n'), std::string::npos) << "one line";
     }
+}
+
+TEST(QuantizeImatrix, ValuesThatWouldRuinTheWeightsAreErrors) {
+    // Importance a file can hold and no calibration run gives: a matrix whose
+    // every column weighs 0 (ggml quantizes it to zeros) or values so large
+    // that the quantizer's sums overflow (llama-quantize writes NaN weights).
+    // And without an imatrix, source values beyond a type's 16-bit scales.
+    TempDir dir;
+    const std::string in = fixture_path("llama-untied.f16.gguf");
+    const std::string target = "blk.1.ffn_down.weight";
+    auto f = gguf::File::open(in);
+    auto imatrix_with = [&](float value) {
+        quant::Imatrix m;
+        for (const auto &t : f->tensors()) {
+            if (t.n_dims != 2 || t.name == "token_embd.weight") continue;
+            quant::Imatrix::Entry e;
+            e.n_per_row = t.ne[0];
+            e.in_sum2.assign((size_t)t.ne[0], t.name == target ? value : 1.0f);
+            e.counts = {1};
+            m.entries[t.name] = e;
+        }
+        return m;
+    };
+    // the fixture with the target's values 1e7 (F32)
+    const std::string big = dir.file("big.gguf");
+    {
+        gguf::Writer w(f->alignment());
+        w.copy_metadata(*f);
+        std::vector<float> values;
+        for (const auto &t : f->tensors()) {
+            if (t.name != target) {
+                w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
+                continue;
+            }
+            values.assign((size_t)t.n_elements(), 1e7f);
+            w.add_tensor(t.name, GGML_TYPE_F32, t.ne, t.n_dims, values.data());
+        }
+        w.write(big);
+    }
+    struct Case {
+        std::string input, type;
+        std::optional<quant::Imatrix> imatrix;
+        std::string expected;
+    };
+    const Case cases[] = {
+        {in, "Q4_0", imatrix_with(0.0f), "imatrix entry '" + target + "': every value is 0, which would quantize the weights to zeros"},
+        {in, "IQ4_NL", imatrix_with(3e38f), "tensor '" + target + "': its importance (imatrix values up to 3e+38) overflows iq4_nl's quantizer"},
+        {big, "Q8_0", std::nullopt, "tensor '" + target + "': rows 0..63 hold values up to 1e+07, beyond what q8_0 can hold"},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.expected);
+        quant::QuantizeOptions o;
+        o.n_threads = 2;
+        o.type = c.type;
+        o.imatrix = c.imatrix;
+        if (c.imatrix) o.imatrix_file = "forged.imatrix";
+        const std::string out = dir.file("out.gguf");
+        const std::string err = error_of([&] { quant::quantize_model(c.input, out, o); });
+        EXPECT_NE(err.find(c.expected), std::string::npos) << err;
+        EXPECT_EQ(err.find('\n'), std::string::npos) << "one line";
+        EXPECT_FALSE(fs::exists(out));
+    }
+    // from the command line: the one line and nothing else
+    const std::string forged = dir.file("forged.imatrix.gguf");
+    quant::write_imatrix(imatrix_with(3e38f), forged);
+    const CommandResult r = run_toy("quantize --imatrix " + shell_quote(forged) + " " + shell_quote(in) + " " +
+                                    shell_quote(dir.file("out.gguf")) + " IQ4_NL");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("toy: error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("overflows iq4_nl's quantizer"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(dir.file("out.gguf")));
+    // even importance quantizes the same tensors cleanly
+    quant::QuantizeOptions o;
+    o.n_threads = 2;
+    o.type = "IQ4_NL";
+    o.imatrix = imatrix_with(1.0f);
+    EXPECT_EQ(error_of([&] { quant::quantize_model(in, dir.file("ok.gguf"), o); }), "");
 }
 
 // ------------------------------------------------------------ mixes shared with toy init / export

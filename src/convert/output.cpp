@@ -3,10 +3,12 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "gguf/gguf_writer.h"
+#include "quant/quantize.h"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 namespace toy::convert {
 namespace {
@@ -32,19 +34,28 @@ uint32_t file_type_of(ggml_type t) {
 
 // Quantizes rows [0, n_rows) of `src` into `out` on n_threads threads, in
 // chunks of about 64K values (each row is converted on its own, so the
-// bytes do not depend on the chunking).
+// bytes do not depend on the chunking); throws where a value does not read
+// back finite (a NaN in the source, a value past F16's range).
 void quantize_rows(ggml_type type, const float *src, uint8_t *out, int64_t n_rows, int64_t n_per_row, int n_threads) {
-    if (type == GGML_TYPE_F32) {
-        std::memcpy(out, src, (size_t)(n_rows * n_per_row) * sizeof(float));
-        return;
-    }
-    ggml_quantize_init(type);
+    if (type != GGML_TYPE_F32) ggml_quantize_init(type);
     const int64_t chunk_rows = std::max<int64_t>(1, 65536 / n_per_row);
     const size_t row_size = ggml_row_size(type, n_per_row);
+    const auto rows_of = [&](int64_t c) { return std::pair{c * chunk_rows, std::min(chunk_rows, n_rows - c * chunk_rows)}; };
+    LowestIndex bad;
     parallel_for((n_rows + chunk_rows - 1) / chunk_rows, n_threads, [&](int64_t c) {
-        const int64_t r0 = c * chunk_rows, nr = std::min(chunk_rows, n_rows - r0);
-        ggml_quantize_chunk(type, src + r0 * n_per_row, out + (size_t)r0 * row_size, 0, nr, n_per_row, nullptr);
+        const auto [r0, nr] = rows_of(c);
+        uint8_t *dst = out + (size_t)r0 * row_size;
+        if (type == GGML_TYPE_F32) {
+            std::memcpy(dst, src + r0 * n_per_row, (size_t)(nr * n_per_row) * sizeof(float));
+        } else {
+            ggml_quantize_chunk(type, src + r0 * n_per_row, dst, 0, nr, n_per_row, nullptr);
+        }
+        if (!quant::reads_back_finite(type, dst, nr * n_per_row)) bad.report(c);
     });
+    if (bad.any()) {
+        const auto [r0, nr] = rows_of(bad.get());
+        quant::fail_not_held(type, src, r0, nr, n_per_row);
+    }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // a body throws stops the rest and is rethrown.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -20,5 +21,22 @@ int thread_count(int n_threads);
 
 // Runs body(i) for i in [0, n) on up to thread_count(n_threads) threads (the caller's included).
 void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &body);
+
+// The lowest of the indices a parallel_for's bodies report, so that an error
+// several of them find names the same one whatever order the threads ran in.
+class LowestIndex {
+public:
+    void report(int64_t i) {
+        int64_t seen = lowest_.load();
+        while (i < seen && !lowest_.compare_exchange_weak(seen, i)) {
+        }
+    }
+    bool any() const { return lowest_.load() != kNone; }
+    int64_t get() const { return lowest_.load(); }
+
+private:
+    static constexpr int64_t kNone = INT64_MAX;
+    std::atomic<int64_t> lowest_{kNone};
+};
 
 }  // namespace toy

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf_writer.h"
+#include "quant/quantize.h"
 
 #include <cstring>
 #include <filesystem>
@@ -123,7 +124,10 @@ ExportResult export_model(const Model &base, const LoraSet &adapters, const std:
                     else merge(v, *p);
                 }
             }
-            return quantize(v, type, ne[0]);
+            std::vector<uint8_t> q = quantize(v, type, ne[0]);
+            const int64_t n_rows = (int64_t)v.size() / ne[0];
+            if (!quant::reads_back_finite(type, q.data(), (int64_t)v.size())) quant::fail_not_held(type, v.data(), 0, n_rows, ne[0]);
+            return q;
         };
         const int n_heads = o.per_head_layout ? heads_of(c, name) : 0;
         if (n_heads == 0) {

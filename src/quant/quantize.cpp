@@ -17,6 +17,7 @@
 #include <functional>
 #include <mutex>
 #include <numeric>
+#include <tuple>
 
 namespace toy::quant {
 namespace {
@@ -78,6 +79,28 @@ struct Job {
     std::vector<float> importance;  // empty: quantized without; else n_mat x ne[0]
 };
 
+// Why quantizing rows [r0, r0 + nr) of `values` gave non-finite scales, as an
+// error: importance that overflows the quantizer's sums (the rows quantize
+// cleanly with even importance; llama-quantize writes such a tensor full of
+// NaN), else what fail_not_held finds in the source.
+[[noreturn]] void explain_non_finite(const Job &job, const float *values, std::tuple<int64_t, int64_t, const float *> rows) {
+    const auto [r0, nr, imatrix] = rows;
+    const int64_t n_per_row = job.src->ne[0];
+    const float *v = values + r0 * n_per_row;
+    const bool source_finite = std::all_of(v, v + nr * n_per_row, [](float x) { return std::isfinite(x); });
+    if (imatrix && source_finite) {
+        const std::vector<float> even((size_t)n_per_row, 1.0f);
+        std::vector<uint8_t> q(ggml_row_size(job.type, n_per_row) * (size_t)nr);
+        ggml_quantize_chunk(job.type, v, q.data(), 0, nr, n_per_row, even.data());
+        if (reads_back_finite(job.type, q.data(), nr * n_per_row)) {
+            fail("its importance (imatrix values up to {:g}) overflows {}'s quantizer: the scales of rows {}..{} came out "
+                 "non-finite; expected the sums of squared activations a calibration run gives",
+                 *std::max_element(imatrix, imatrix + n_per_row), ggml_type_name(job.type), r0, r0 + nr - 1);
+        }
+    }
+    fail_not_held(job.type, values, r0, nr, n_per_row);
+}
+
 // src [ne0, ne1, ne2] of any convertible type -> dst in `type`, rows
 // quantized in chunks that never cross from one expert (ne2) to the next,
 // each expert with its own slice of the importance.
@@ -105,17 +128,22 @@ void convert(const Job &job, const uint8_t *src, uint8_t *dst, uint64_t nbytes, 
     }
     const size_t dst_row = ggml_row_size(job.type, n_per_row);
     if (dst_row * (size_t)n_rows != nbytes) fail("planned {} bytes, the type needs {}", nbytes, dst_row * (size_t)n_rows);
-    std::atomic<bool> valid{true};
-    parallel_for(n_mats * chunks_per_mat, n_threads, [&](int64_t c) {
+    // chunk c: its first row, row count and importance (null: none)
+    const auto chunk = [&](int64_t c) {
         const int64_t mat = c / chunks_per_mat;
         const int64_t r0 = mat * rows_per_mat + (c % chunks_per_mat) * chunk_rows;
         const int64_t nr = std::min(chunk_rows, (mat + 1) * rows_per_mat - r0);
         const float *imatrix = job.importance.empty() ? nullptr : job.importance.data() + (size_t)(mat * n_per_row);
+        return std::tuple{r0, nr, imatrix};
+    };
+    LowestIndex bad;  // the first chunk whose scales came out non-finite
+    parallel_for(n_mats * chunks_per_mat, n_threads, [&](int64_t c) {
+        const auto [r0, nr, imatrix] = chunk(c);
         uint8_t *out = dst + (size_t)r0 * dst_row;
-        const size_t n = ggml_quantize_chunk(job.type, values + r0 * n_per_row, out, 0, nr, n_per_row, imatrix);
-        if (!ggml_validate_row_data(job.type, out, n)) valid = false;
+        ggml_quantize_chunk(job.type, values + r0 * n_per_row, out, 0, nr, n_per_row, imatrix);
+        if (!reads_back_finite(job.type, out, nr * n_per_row)) bad.report(c);
     });
-    if (!valid) fail("the quantized data did not pass ggml's validation (non-finite values in the source?)");
+    if (bad.any()) explain_non_finite(job, values, chunk(bad.get()));
 }
 
 }  // namespace
@@ -208,6 +236,16 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
                 for (float v : job.importance) {
                     if (!std::isfinite(v)) fail("{}: imatrix entry '{}' has a non-finite value", o.imatrix_file, t.name);
                 }
+                // ggml quantizes a matrix whose every column weighs 0 to zeros
+                for (int64_t m = 0; m < t.ne[2] && !job.importance.empty(); ++m) {
+                    const auto first = job.importance.begin() + m * t.ne[0];
+                    if (std::all_of(first, first + t.ne[0], [](float v) { return v == 0.0f; })) {
+                        fail("{}: imatrix entry '{}': every value{} is 0, which would quantize the weights to zeros; expected "
+                             "positive sums (a calibration run gives every input column some)",
+                             o.imatrix_file.empty() ? "--imatrix" : o.imatrix_file, t.name,
+                             t.ne[2] > 1 ? fmt::format(" of expert {}", m) : std::string());
+                    }
+                }
                 if (job.importance.empty()) {
                     if (c.needs_imatrix) {
                         fail("{}: tensor '{}' would be {}, which needs importance data, and the imatrix has no entry for it",
@@ -284,6 +322,26 @@ Imatrix uniform_imatrix(const std::string &path) {
         e.counts = {1};
     }
     return m;
+}
+
+bool reads_back_finite(ggml_type type, const void *q, int64_t n) {
+    const auto finite = [](float x) { return std::isfinite(x); };
+    if (type == GGML_TYPE_F32) return std::all_of(static_cast<const float *>(q), static_cast<const float *>(q) + n, finite);
+    thread_local std::vector<float> back;
+    back.resize((size_t)n);
+    ggml_get_type_traits(type)->to_float(q, back.data(), n);  // every type toy stores but F32 has one (parse_ggml_type)
+    return std::all_of(back.begin(), back.end(), finite);
+}
+
+void fail_not_held(ggml_type type, const float *src, int64_t r0, int64_t n_rows, int64_t n_per_row) {
+    const float *v = src + r0 * n_per_row;
+    const int64_t n = n_rows * n_per_row;
+    const int64_t bad = std::find_if(v, v + n, [](float x) { return !std::isfinite(x); }) - v;
+    if (bad < n) fail("row {} holds a non-finite value ({}); {} needs finite ones", r0 + bad / n_per_row, v[bad], ggml_type_name(type));
+    float top = 0.0f;
+    for (int64_t i = 0; i < n; ++i) top = std::max(top, std::fabs(v[i]));
+    fail("rows {}..{} hold values up to {:g}, beyond what {} can hold (they read back non-finite)", r0, r0 + n_rows - 1, top,
+         ggml_type_name(type));
 }
 
 void quantize_rows(ggml_type type, const float *src, void *dst, int64_t n_rows, int64_t n_per_row) {

@@ -62,4 +62,14 @@ Imatrix uniform_imatrix(const std::string &path);
 // (for tests, benchmarks and layout fingerprints, not a model's quality).
 void quantize_rows(ggml_type type, const float *src, void *dst, int64_t n_rows, int64_t n_per_row);
 
+// Whether n values stored as `type` at q (quantized, F16, BF16 or F32) read
+// back finite: ggml's 16-bit scales (and F16 itself) turn values past their
+// range into infinities, and non-finite sources stay non-finite.
+bool reads_back_finite(ggml_type type, const void *q, int64_t n);
+
+// The error for rows [r0, r0 + n_rows) of src (n_per_row floats each) whose
+// copy in `type` did not read back finite: the first non-finite value, or the
+// largest value, which the type cannot hold.
+[[noreturn]] void fail_not_held(ggml_type type, const float *src, int64_t r0, int64_t n_rows, int64_t n_per_row);
+
 }  // namespace toy::quant
