@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -373,11 +374,13 @@ TEST(QuantizeImatrix, RejectsCorruptFiles) {
 
 TEST(QuantizeImatrix, ValuesThatWouldRuinTheWeightsAreErrors) {
     // Importance a file can hold and no calibration run gives: a matrix whose
-    // every column weighs 0 (ggml quantizes it to zeros) or values so large
-    // that the quantizer's sums overflow (llama-quantize writes NaN weights).
-    // And without an imatrix, source values beyond a type's 16-bit scales.
+    // every column weighs 0 (ggml quantizes it to zeros), values past the
+    // bound (ggml's sums overflow: NaN weights, or an abort in the grid
+    // types' quantizers), values within it that still overflow one type's
+    // sums. Without an imatrix, source values beyond a type's 16-bit scales,
+    // or past what the grid types' quantizers survive.
     TempDir dir;
-    const std::string in = fixture_path("llama-untied.f16.gguf");
+    const std::string in = init_model_file("llama8");  // rows of 256
     const std::string target = "blk.1.ffn_down.weight";
     auto f = gguf::File::open(in);
     auto imatrix_with = [&](float value) {
@@ -392,9 +395,8 @@ TEST(QuantizeImatrix, ValuesThatWouldRuinTheWeightsAreErrors) {
         }
         return m;
     };
-    // the fixture with the target's values 1e7 (F32)
-    const std::string big = dir.file("big.gguf");
-    {
+    // the model with the target's values (F32) from value(i)
+    auto with_target = [&](const std::string &name, const std::function<float(int64_t)> &value) {
         gguf::Writer w(f->alignment());
         w.copy_metadata(*f);
         std::vector<float> values;
@@ -403,11 +405,18 @@ TEST(QuantizeImatrix, ValuesThatWouldRuinTheWeightsAreErrors) {
                 w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
                 continue;
             }
-            values.assign((size_t)t.n_elements(), 1e7f);
+            values.resize((size_t)t.n_elements());
+            for (size_t i = 0; i < values.size(); ++i) values[i] = value((int64_t)i);
             w.add_tensor(t.name, GGML_TYPE_F32, t.ne, t.n_dims, values.data());
         }
-        w.write(big);
-    }
+        w.write(dir.file(name));
+        return dir.file(name);
+    };
+    const std::string big = with_target("big.gguf", [](int64_t) { return 1e7f; });
+    // past what IQ3_S's quantizer survives (it aborts)
+    const std::string huge = with_target("huge.gguf", [](int64_t i) { return 1e17f * (float)((i * 37) % 17 - 8) / 8; });
+    // within both bounds, and Q2_K's sums overflow at importance 1e20 (even importance: finite)
+    const std::string wide = with_target("wide.gguf", [](int64_t i) { return 1e6f * (float)((i * 37) % 17 - 8) / 8; });
     struct Case {
         std::string input, type;
         std::optional<quant::Imatrix> imatrix;
@@ -415,14 +424,17 @@ TEST(QuantizeImatrix, ValuesThatWouldRuinTheWeightsAreErrors) {
     };
     const Case cases[] = {
         {in, "Q4_0", imatrix_with(0.0f), "imatrix entry '" + target + "': every value is 0, which would quantize the weights to zeros"},
-        {in, "IQ4_NL", imatrix_with(3e38f), "tensor '" + target + "': its importance (imatrix values up to 3e+38) overflows iq4_nl's quantizer"},
+        {in, "IQ4_NL", imatrix_with(3e38f), "imatrix entry '" + target + "' weighs a column 3e+38, above the 1e+20 toy takes"},
+        {wide, "Q2_K", imatrix_with(1e20f), "tensor '" + target + "': its importance (imatrix values up to 1e+20) overflows q2_K's quantizer"},
         {big, "Q8_0", std::nullopt, "tensor '" + target + "': rows 0..63 hold values up to 1e+07, beyond what q8_0 can hold"},
+        {huge, "IQ3_S", imatrix_with(1.0f), "tensor '" + target + "': row 0 holds -1e+17; toy quantizes to iq3_s finite values up to 1e+06"},
     };
     for (const Case &c : cases) {
         SCOPED_TRACE(c.expected);
         quant::QuantizeOptions o;
         o.n_threads = 2;
         o.type = c.type;
+        o.pure = true;
         o.imatrix = c.imatrix;
         if (c.imatrix) o.imatrix_file = "forged.imatrix";
         const std::string out = dir.file("out.gguf");
@@ -435,18 +447,19 @@ TEST(QuantizeImatrix, ValuesThatWouldRuinTheWeightsAreErrors) {
     const std::string forged = dir.file("forged.imatrix.gguf");
     quant::write_imatrix(imatrix_with(3e38f), forged);
     const CommandResult r = run_toy("quantize --imatrix " + shell_quote(forged) + " " + shell_quote(in) + " " +
-                                    shell_quote(dir.file("out.gguf")) + " IQ4_NL");
+                                    shell_quote(dir.file("out.gguf")) + " IQ3_S");
     EXPECT_EQ(r.code, 1);
     EXPECT_NE(r.err.find("toy: error: "), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("overflows iq4_nl's quantizer"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("above the 1e+20 toy takes"), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(fs::exists(dir.file("out.gguf")));
-    // even importance quantizes the same tensors cleanly
+    // the wide values quantize cleanly with even importance
     quant::QuantizeOptions o;
     o.n_threads = 2;
-    o.type = "IQ4_NL";
+    o.type = "Q2_K";
+    o.pure = true;
     o.imatrix = imatrix_with(1.0f);
-    EXPECT_EQ(error_of([&] { quant::quantize_model(in, dir.file("ok.gguf"), o); }), "");
+    EXPECT_EQ(error_of([&] { quant::quantize_model(wide, dir.file("ok.gguf"), o); }), "");
 }
 
 // ------------------------------------------------------------ mixes shared with toy init / export

@@ -79,6 +79,28 @@ struct Job {
     std::vector<float> importance;  // empty: quantized without; else n_mat x ne[0]
 };
 
+// The ranges toy quantizes within. ggml's quantizers weigh each value by
+// importance x value^2 in float sums; past float's range those overflow, and
+// the grid types' quantizers then abort (GGML_ASSERT, "point not on grid")
+// rather than return. Measured on their 256-value rows: the first aborts
+// came with values near 1e15 at even importance, and with importance near
+// 1e26 at values near 1e8 (IQ2_XXS); within these bounds none of 24000
+// hostile rows per type aborted (zeros, denormals, sparse and wide-ranging
+// patterns of both). A calibration run's importance, a mean squared
+// activation, stays far below its bound; model weights, far below theirs.
+constexpr float kMaxImportance = 1e20f;
+constexpr float kMaxGridValue = 1e6f;
+
+bool grid_quantizer(ggml_type type) {
+    switch (type) {
+    case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS:
+    case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M:
+        return true;
+    default:
+        return false;
+    }
+}
+
 // Why quantizing rows [r0, r0 + nr) of `values` gave non-finite scales, as an
 // error: importance that overflows the quantizer's sums (the rows quantize
 // cleanly with even importance; llama-quantize writes such a tensor full of
@@ -128,6 +150,14 @@ void convert(const Job &job, const uint8_t *src, uint8_t *dst, uint64_t nbytes, 
     }
     const size_t dst_row = ggml_row_size(job.type, n_per_row);
     if (dst_row * (size_t)n_rows != nbytes) fail("planned {} bytes, the type needs {}", nbytes, dst_row * (size_t)n_rows);
+    if (grid_quantizer(job.type)) {
+        const float *end = values + n_rows * n_per_row;
+        const float *out = std::find_if(values, end, [](float v) { return !(std::fabs(v) <= kMaxGridValue); });
+        if (out != end) {
+            fail("row {} holds {:g}; toy quantizes to {} finite values up to {:g} (ggml's quantizer aborts past float's range)",
+                 (out - values) / n_per_row, *out, ggml_type_name(job.type), kMaxGridValue);
+        }
+    }
     // chunk c: its first row, row count and importance (null: none)
     const auto chunk = [&](int64_t c) {
         const int64_t mat = c / chunks_per_mat;
@@ -235,6 +265,11 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
                 }
                 for (float v : job.importance) {
                     if (!std::isfinite(v)) fail("{}: imatrix entry '{}' has a non-finite value", o.imatrix_file, t.name);
+                    if (v > kMaxImportance) {
+                        fail("{}: imatrix entry '{}' weighs a column {:g}, above the {:g} toy takes (a calibration run's mean "
+                             "squared activations stay far below; ggml's quantizers overflow past it)",
+                             o.imatrix_file.empty() ? "--imatrix" : o.imatrix_file, t.name, v, kMaxImportance);
+                    }
                 }
                 // ggml quantizes a matrix whose every column weighs 0 to zeros
                 for (int64_t m = 0; m < t.ne[2] && !job.importance.empty(); ++m) {
