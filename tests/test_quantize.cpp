@@ -12,11 +12,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <optional>
 #include <sstream>
 
@@ -460,6 +463,37 @@ TEST(QuantizeImatrix, ValuesThatWouldRuinTheWeightsAreErrors) {
     o.pure = true;
     o.imatrix = imatrix_with(1.0f);
     EXPECT_EQ(error_of([&] { quant::quantize_model(wide, dir.file("ok.gguf"), o); }), "");
+}
+
+TEST(QuantizeImatrix, GridQuantizersSurviveHostileRowsWithinTheBounds) {
+    // What toy's bounds promise of ggml (quantize.h): rows of importance up to
+    // kMaxImportance and values up to kMaxGridValue, in patterns no model
+    // has, quantize without an abort (a crash here fails the suite) for the
+    // grid types and the others alike. Out of the bounds, IQ2_XXS aborts.
+    constexpr int64_t n = 256;
+    std::mt19937 rng(2026);
+    std::vector<float> x(n), w(n);
+    const float w_special[] = {0.0f, 1e-45f, 1e-38f, 1e-30f, 1e-10f, 1.0f, 1e10f, quant::kMaxImportance};
+    const float x_special[] = {0.0f, 1e-45f, 1e-38f, -quant::kMaxGridValue, quant::kMaxGridValue, 65504.0f, 1e-10f, 1.0f};
+    for (ggml_type type : {GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+                           GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M, GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_IQ4_XS}) {
+        SCOPED_TRACE(ggml_type_name(type));
+        EXPECT_EQ(quant::grid_quantizer(type), type != GGML_TYPE_Q2_K && type != GGML_TYPE_Q4_K && type != GGML_TYPE_IQ4_XS);
+        std::vector<uint8_t> q(ggml_row_size(type, n));
+        for (int it = 0; it < 50; ++it) {
+            const int wm = it % 5, xm = (it / 5) % 5;
+            for (int64_t i = 0; i < n; ++i) {
+                const float u = (float)(rng() % 1000 + 1) / 1000.0f;
+                w[i] = wm == 0 ? w_special[rng() % 8] : wm == 1 ? (rng() % 8 ? 0.0f : u * quant::kMaxImportance)
+                     : wm == 2 ? std::ldexp(u, (int)(rng() % 215) - 149) : wm == 3 ? u * quant::kMaxImportance : u;
+                const float v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+                x[i] = xm == 0 ? x_special[rng() % 8] : xm == 1 ? (rng() % 16 ? 0.0f : v * 1e5f)
+                     : xm == 2 ? std::ldexp(v, (int)(rng() % 170) - 150)
+                     : xm == 3 ? std::clamp(v * 3e5f, -quant::kMaxGridValue, quant::kMaxGridValue) : v;
+            }
+            ggml_quantize_chunk(type, x.data(), q.data(), 0, 1, n, w.data());
+        }
+    }
 }
 
 // ------------------------------------------------------------ mixes shared with toy init / export

@@ -79,28 +79,6 @@ struct Job {
     std::vector<float> importance;  // empty: quantized without; else n_mat x ne[0]
 };
 
-// The ranges toy quantizes within. ggml's quantizers weigh each value by
-// importance x value^2 in float sums; past float's range those overflow, and
-// the grid types' quantizers then abort (GGML_ASSERT, "point not on grid")
-// rather than return. Measured on their 256-value rows: the first aborts
-// came with values near 1e15 at even importance, and with importance near
-// 1e26 at values near 1e8 (IQ2_XXS); within these bounds none of 24000
-// hostile rows per type aborted (zeros, denormals, sparse and wide-ranging
-// patterns of both). A calibration run's importance, a mean squared
-// activation, stays far below its bound; model weights, far below theirs.
-constexpr float kMaxImportance = 1e20f;
-constexpr float kMaxGridValue = 1e6f;
-
-bool grid_quantizer(ggml_type type) {
-    switch (type) {
-    case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS:
-    case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M:
-        return true;
-    default:
-        return false;
-    }
-}
-
 // Why quantizing rows [r0, r0 + nr) of `values` gave non-finite scales, as an
 // error: importance that overflows the quantizer's sums (the rows quantize
 // cleanly with even importance; llama-quantize writes such a tensor full of
@@ -357,6 +335,16 @@ Imatrix uniform_imatrix(const std::string &path) {
         e.counts = {1};
     }
     return m;
+}
+
+bool grid_quantizer(ggml_type type) {
+    switch (type) {
+    case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS:
+    case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M:
+        return true;
+    default:
+        return false;
+    }
 }
 
 bool reads_back_finite(ggml_type type, const void *q, int64_t n) {
