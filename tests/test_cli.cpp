@@ -1,10 +1,13 @@
 // The toy executable end to end: generation matches llama.cpp's greedy text,
 // bad input gives one clear line and exit code 1.
+#include "gguf/gguf_reader.h"
+#include "gguf/gguf_writer.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -75,6 +78,34 @@ TEST(Cli, BadInputIsOneLineError) {
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --json --n-probs -1"), "--n-probs");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --temp nan"), "--temp: expected a finite number, found 'nan'");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --top-p inf"), "--top-p: expected a finite number, found 'inf'");
+}
+
+TEST(Cli, AModelThatGivesNaNLogitsIsAnErrorNotNoise) {
+    // a NaN in the output projection (a corrupt file, a training run that
+    // diverged): sampling around it printed text as if nothing were wrong
+    toy::test::TempDir dir;
+    const std::string path = dir.file("nan.gguf");
+    {
+        auto f = toy::gguf::File::open(toy::test::fixture_path("llama-untied.f16.gguf"));
+        toy::gguf::Writer w(f->alignment());
+        w.copy_metadata(*f);
+        std::vector<ggml_fp16_t> q;
+        for (const auto &t : f->tensors()) {
+            if (t.name != "output.weight") {
+                w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
+                continue;
+            }
+            ASSERT_EQ(t.type, GGML_TYPE_F16);
+            const auto *src = static_cast<const ggml_fp16_t *>(f->tensor_data(t));
+            q.assign(src, src + t.n_elements());
+            q[0] = ggml_fp32_to_fp16(std::nanf(""));
+            w.add_tensor(t.name, t.type, t.ne, t.n_dims, q.data());
+        }
+        w.write(path);
+    }
+    for (const char *args : {" -p hi -n 4", " -p hi -n 4 --temp 0.8 --seed 1", " -p hi -n 4 --json"}) {
+        expect_one_line_error(run_toy("run -m " + path + args), "the model's logits are not finite");
+    }
 }
 
 // CLI11 (2.1) converted a numeric flag's value loosely: an empty value was 0

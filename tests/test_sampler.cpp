@@ -40,6 +40,29 @@ TEST(Sampler, GreedyIsArgmax) {
     for (int i = 0; i < 10; ++i) EXPECT_EQ(s.sample(l), best);
 }
 
+TEST(Sampler, NonFiniteLogitsAreAnErrorNotNoise) {
+    for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+        auto l = ramp(100);
+        l[42] = bad;
+        for (const float temp : {0.0f, 0.8f}) {
+            Sampler s(only(temp));
+            try {
+                s.sample(l);
+                ADD_FAILURE() << "sampled from a logit of " << bad;
+            } catch (const toy::Error &e) {
+                EXPECT_NE(std::string(e.what()).find("the model's logits are not finite (token 42: "), std::string::npos) << e.what();
+            }
+        }
+    }
+    // a bias of -inf (a token banned, as llama.cpp spells it) is not the model's
+    SamplerParams p = only(0.0f);
+    auto l = ramp(100);
+    const int best = (int)(std::max_element(l.begin(), l.end()) - l.begin());
+    p.logit_bias.push_back({best, -INFINITY});
+    Sampler s(p);
+    EXPECT_NE(s.sample(l), best);
+}
+
 TEST(Sampler, TopKNeverLeavesTheTopK) {
     auto l = ramp(200);
     std::vector<int> order(200);

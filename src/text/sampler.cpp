@@ -300,7 +300,15 @@ int32_t Sampler::mirostat(size_t n_vocab) {
 
 int32_t Sampler::sample(std::span<const float> logits, const std::vector<uint8_t> *allowed) {
     cur_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) cur_[i] = {(int32_t)i, logits[i], 0.0f};
+    for (size_t i = 0; i < logits.size(); ++i) {
+        // a NaN in the weights (a corrupt file, a training run that diverged)
+        // reaches every logit; sampled, it gives noise that looks like output
+        if (!std::isfinite(logits[i])) {
+            fail("the model's logits are not finite (token {}: {}): a non-finite weight or an overflowing activation; "
+                 "the output would be noise", i, logits[i]);
+        }
+        cur_[i] = {(int32_t)i, logits[i], 0.0f};
+    }
     for (const auto &[id, bias] : p_.logit_bias) {
         if (id >= 0 && (size_t)id < cur_.size()) cur_[id].logit += bias;
     }
