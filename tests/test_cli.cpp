@@ -106,6 +106,11 @@ TEST(Cli, AModelThatGivesNaNLogitsIsAnErrorNotNoise) {
     for (const char *args : {" -p hi -n 4", " -p hi -n 4 --temp 0.8 --seed 1", " -p hi -n 4 --json"}) {
         expect_one_line_error(run_toy("run -m " + path + args), "the model's logits are not finite");
     }
+    // --check-tensors finds it at load; the fixture itself passes
+    expect_one_line_error(run_toy("run --check-tensors -m " + path + " -p hi -n 4"),
+                          "tensor 'output.weight' (f16) holds a non-finite value in row 0 (--check-tensors)");
+    const Result ok = run_toy("run --check-tensors -m " + toy::test::fixture_path("llama-untied.f16.gguf") + " -p hi -n 4");
+    EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
 // CLI11 (2.1) converted a numeric flag's value loosely: an empty value was 0

@@ -129,6 +129,7 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
     app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no copies in ggml's AMX or repack layouts or toy's packed one; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (and gate and up): no fusing at load");
+    app.add_flag("--check-tensors", check_tensors, "read every tensor back at load and refuse a NaN or an infinity in one (a pass over the file)");
     app.add_option("--hugepages", hugepages,
                    fmt::format("transparent huge pages for copied weights, with the matrices that would stay mapped copied "
                                "onto them too: on, off, auto (on, unless a VM hands free memory back to its host and either "
@@ -160,6 +161,7 @@ LoadOptions ModelFlags::load_options(int64_t decode_tokens) const {
     o.use_mmap = !no_mmap;
     o.repack = !no_repack;
     o.fuse = !no_fuse;
+    o.check_tensors = check_tensors;
     o.huge_pages = parse_on_off_auto<HugePages>(hugepages, "--hugepages");
     const char *env = std::getenv("TOY_PACK_CACHE");
     o.pack_cache_dir = pack_cache.value_or(env ? env : "");

@@ -57,6 +57,7 @@ struct ModelFlags {
     std::string model_path;
     bool no_mmap = false;
     bool no_repack = false;
+    bool check_tensors = false;
     bool no_fuse = false;
     std::string hugepages = "auto";
     std::optional<std::string> pack_cache;  // --pack-cache DIR ("": none), else $TOY_PACK_CACHE

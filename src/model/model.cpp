@@ -7,6 +7,7 @@
 #include "core/remote_wait.h"
 #include "graph/packed_matmul.h"
 #include "model/pack_cache.h"
+#include "quant/quantize.h"
 
 #include <ggml-alloc.h>
 
@@ -226,11 +227,41 @@ Model::~Model() {
     if (ctx_) ggml_free(ctx_);
 }
 
+void check_tensor_values(const gguf::File &f, int n_threads) {
+    // (tensor, first row, rows) pieces of about 64K values, in file order
+    struct Piece {
+        const gguf::TensorInfo *t;
+        int64_t r0, nr;
+    };
+    std::vector<Piece> pieces;
+    for (const gguf::TensorInfo &t : f.tensors()) {
+        if (t.type != GGML_TYPE_F32 && !ggml_get_type_traits(t.type)->to_float) continue;  // integers
+        const int64_t n_rows = t.n_elements() / t.ne[0], rows = std::max<int64_t>(1, 65536 / t.ne[0]);
+        for (int64_t r0 = 0; r0 < n_rows; r0 += rows) pieces.push_back({&t, r0, std::min(rows, n_rows - r0)});
+    }
+    LowestIndex bad;
+    parallel_for((int64_t)pieces.size(), n_threads, [&](int64_t i) {
+        const Piece &p = pieces[(size_t)i];
+        const size_t row = ggml_row_size(p.t->type, p.t->ne[0]);
+        const auto *data = static_cast<const uint8_t *>(f.tensor_data(*p.t)) + (size_t)p.r0 * row;
+        if (!quant::reads_back_finite(p.t->type, data, p.nr * p.t->ne[0])) bad.report(i);
+    });
+    if (!bad.any()) return;
+    const Piece &p = pieces[(size_t)bad.get()];
+    const size_t row = ggml_row_size(p.t->type, p.t->ne[0]);
+    const auto *data = static_cast<const uint8_t *>(f.tensor_data(*p.t)) + (size_t)p.r0 * row;
+    int64_t r = 0;
+    while (r + 1 < p.nr && quant::reads_back_finite(p.t->type, data + (size_t)r * row, p.t->ne[0])) ++r;
+    fail("{}: tensor '{}' ({}) holds a non-finite value in row {} (--check-tensors)", f.path(), p.t->name,
+         ggml_type_name(p.t->type), p.r0 + r);
+}
+
 std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &opts) {
     route_ggml_logs();
     std::unique_ptr<Model> m(new Model());
     m->file_ = gguf::File::open(path);
     const gguf::File &f = *m->file_;
+    if (opts.check_tensors) check_tensor_values(f);
     m->cfg_ = Config::from_gguf(f);
     const Config &c = m->cfg_;
     if (opts.weight_type != GGML_TYPE_COUNT && opts.weight_type != GGML_TYPE_Q8_0 && opts.weight_type != GGML_TYPE_BF16) {

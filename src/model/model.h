@@ -79,7 +79,16 @@ struct LoadOptions {
     // Blocks on other devices (GPUs, RPC servers): copied into their memory,
     // never repacked. The default keeps everything on the CPU.
     SplitOptions split;
+    // Read every tensor of the file back as floats before anything else and
+    // refuse one that holds a NaN or an infinity (llama.cpp's
+    // --check-tensors): a pass over the whole file.
+    bool check_tensors = false;
 };
+
+// Throws toy::Error naming the first tensor of `f` (in file order) and its
+// row that holds a non-finite value, read back as floats on n_threads
+// threads; tensors of integer types are skipped.
+void check_tensor_values(const gguf::File &f, int n_threads = 0);
 
 // A run that decodes fewer tokens than this is short (LoadOptions::decode_tokens).
 constexpr int64_t kShortRunTokens = 64;

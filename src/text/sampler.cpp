@@ -304,8 +304,8 @@ int32_t Sampler::sample(std::span<const float> logits, const std::vector<uint8_t
         // a NaN in the weights (a corrupt file, a training run that diverged)
         // reaches every logit; sampled, it gives noise that looks like output
         if (!std::isfinite(logits[i])) {
-            fail("the model's logits are not finite (token {}: {}): a non-finite weight or an overflowing activation; "
-                 "the output would be noise", i, logits[i]);
+            fail("the model's logits are not finite (token {}: {}): a non-finite weight (--check-tensors finds one) or an "
+                 "overflowing activation; the output would be noise", i, logits[i]);
         }
         cur_[i] = {(int32_t)i, logits[i], 0.0f};
     }
