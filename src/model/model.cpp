@@ -235,7 +235,7 @@ void check_tensor_values(const gguf::File &f, int n_threads) {
     };
     std::vector<Piece> pieces;
     for (const gguf::TensorInfo &t : f.tensors()) {
-        if (t.type != GGML_TYPE_F32 && !ggml_get_type_traits(t.type)->to_float) continue;  // integers
+        if (t.type != GGML_TYPE_F32 && !ggml_get_type_traits(t.type)->to_float) continue;  // integers, F64: not weights
         const int64_t n_rows = t.n_elements() / t.ne[0], rows = std::max<int64_t>(1, 65536 / t.ne[0]);
         for (int64_t r0 = 0; r0 < n_rows; r0 += rows) pieces.push_back({&t, r0, std::min(rows, n_rows - r0)});
     }

@@ -87,7 +87,7 @@ struct LoadOptions {
 
 // Throws toy::Error naming the first tensor of `f` (in file order) and its
 // row that holds a non-finite value, read back as floats on n_threads
-// threads; tensors of integer types are skipped.
+// threads; tensors of integer types and F64 are skipped.
 void check_tensor_values(const gguf::File &f, int n_threads = 0);
 
 // A run that decodes fewer tokens than this is short (LoadOptions::decode_tokens).
