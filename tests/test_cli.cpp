@@ -109,8 +109,26 @@ TEST(Cli, AModelThatGivesNaNLogitsIsAnErrorNotNoise) {
     // --check-tensors finds it at load; the fixture itself passes
     expect_one_line_error(run_toy("run --check-tensors -m " + path + " -p hi -n 4"),
                           "tensor 'output.weight' (f16) holds a non-finite value in row 0 (--check-tensors)");
-    const Result ok = run_toy("run --check-tensors -m " + toy::test::fixture_path("llama-untied.f16.gguf") + " -p hi -n 4");
+    const std::string fixture = toy::test::fixture_path("llama-untied.f16.gguf");
+    const Result ok = run_toy("run --check-tensors -m " + fixture + " -p hi -n 4");
     EXPECT_EQ(ok.code, 0) << ok.err;
+    // a NaN in an adapter: the same two ways
+    const std::string adapter = dir.file("nan-lora.gguf");
+    {
+        toy::gguf::Writer w;
+        w.set("general.architecture", toy::gguf::Value::str("llama"));
+        w.set("general.type", toy::gguf::Value::str("adapter"));
+        w.set("adapter.type", toy::gguf::Value::str("lora"));
+        w.set("adapter.lora.alpha", toy::gguf::Value::f32(2.0f));
+        std::vector<float> a(128 * 2, 0.01f), b(2 * 512, 0.01f);
+        b[4] = std::nanf("");  // rank 2: token 2's row
+        w.add_tensor("output.weight.lora_a", GGML_TYPE_F32, {128, 2, 1, 1}, 2, a.data());
+        w.add_tensor("output.weight.lora_b", GGML_TYPE_F32, {2, 512, 1, 1}, 2, b.data());
+        w.write(adapter);
+    }
+    expect_one_line_error(run_toy("run -m " + fixture + " --lora " + adapter + " -p hi -n 4"), "the model's logits are not finite (token 2: nan)");
+    expect_one_line_error(run_toy("run --check-tensors -m " + fixture + " --lora " + adapter + " -p hi -n 4"),
+                          "nan-lora.gguf: tensor 'output.weight.lora_b' (f32) holds a non-finite value in row 2 (--check-tensors)");
 }
 
 // CLI11 (2.1) converted a numeric flag's value loosely: an empty value was 0

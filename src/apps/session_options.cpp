@@ -116,12 +116,14 @@ void LoraFlags::add_to(CLI::App &app, const char *verb) {
     app.add_option("--lora-scaled", lora_scaled, fmt::format("{} this LoRA adapter with this scale (FILE SCALE; repeatable)", verb));
 }
 
-LoraSet LoraFlags::load(const Model &model) const {
+std::vector<std::pair<std::string, float>> LoraFlags::files() const {
     std::vector<std::pair<std::string, float>> files;
     for (const std::string &f : lora) files.emplace_back(f, 1.0f);
     files.insert(files.end(), lora_scaled.begin(), lora_scaled.end());
-    return LoraSet::load(files, model);
+    return files;
 }
+
+LoraSet LoraFlags::load(const Model &model) const { return LoraSet::load(files(), model); }
 
 void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
@@ -129,7 +131,9 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
     app.add_flag("--no-mmap", no_mmap, "copy weights into memory instead of mapping the file");
     app.add_flag("--no-repack", no_repack, "keep matrices in the file's layout and mapping (no copies in ggml's AMX or repack layouts or toy's packed one; least memory)");
     app.add_flag("--no-fuse", no_fuse, "separate Q, K and V matmuls (and gate and up): no fusing at load");
-    app.add_flag("--check-tensors", check_tensors, "read every tensor back at load and refuse a NaN or an infinity in one (a pass over the file)");
+    app.add_flag("--check-tensors", check_tensors,
+                 "read every tensor of the model and its adapters back at load and refuse a NaN or an infinity in one (a "
+                 "pass over the files)");
     app.add_option("--hugepages", hugepages,
                    fmt::format("transparent huge pages for copied weights, with the matrices that would stay mapped copied "
                                "onto them too: on, off, auto (on, unless a VM hands free memory back to its host and either "
@@ -201,6 +205,9 @@ SessionOptions ModelFlags::session_options(int threads, const std::string &fa, c
 std::unique_ptr<Model> ModelFlags::load(int64_t decode_tokens) const {
     auto model = Model::load(model_path, load_options(decode_tokens));
     if (model->split().offloads()) std::fprintf(stderr, "toy: split: %s\n", model->split().describe().c_str());
+    if (check_tensors) {
+        for (const auto &[file, scale] : lora.files()) check_tensor_values(*gguf::File::open(file));
+    }
     loras_ = lora.load(*model);
     return model;
 }

@@ -26,6 +26,8 @@ struct LoraFlags {
 
     // `verb` says what the command does with them ("apply", "merge").
     void add_to(CLI::App &app, const char *verb);
+    // The adapter files, each with its scale, in the order given.
+    std::vector<std::pair<std::string, float>> files() const;
     // The adapters, checked against the model they adapt.
     LoraSet load(const Model &model) const;
 };
