@@ -426,7 +426,8 @@ TEST(QuantizeImatrix, ValuesThatWouldRuinTheWeightsAreErrors) {
         std::string expected;
     };
     const Case cases[] = {
-        {in, "Q4_0", imatrix_with(0.0f), "imatrix entry '" + target + "': every value is 0, which would quantize the weights to zeros"},
+        {in, "Q4_0", imatrix_with(0.0f), "imatrix entry '" + target + "': every value is below 1e-10 (the largest: 0), which would quantize the weights to zeros or noise"},
+        {in, "IQ3_XXS", imatrix_with(1e-30f), "imatrix entry '" + target + "': every value is below 1e-10 (the largest: 1e-30)"},
         {in, "IQ4_NL", imatrix_with(3e38f), "imatrix entry '" + target + "' weighs a column 3e+38, above the 1e+20 toy takes"},
         {wide, "Q2_K", imatrix_with(1e20f), "tensor '" + target + "': its importance (imatrix values up to 1e+20) overflows q2_K's quantizer"},
         {big, "Q8_0", std::nullopt, "tensor '" + target + "': rows 0..63 hold values up to 1e+07, beyond what q8_0 can hold"},

@@ -249,14 +249,16 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
                              o.imatrix_file.empty() ? "--imatrix" : o.imatrix_file, t.name, v, kMaxImportance);
                     }
                 }
-                // ggml quantizes a matrix whose every column weighs 0 to zeros
+                // ggml quantizes a matrix whose every column weighs 0 to zeros,
+                // and one whose weights are all tiny to zeros or noise (its sums underflow)
                 for (int64_t m = 0; m < t.ne[2] && !job.importance.empty(); ++m) {
                     const auto first = job.importance.begin() + m * t.ne[0];
-                    if (std::all_of(first, first + t.ne[0], [](float v) { return v == 0.0f; })) {
-                        fail("{}: imatrix entry '{}': every value{} is 0, which would quantize the weights to zeros; expected "
-                             "positive sums (a calibration run gives every input column some)",
+                    const float top = *std::max_element(first, first + t.ne[0]);
+                    if (top < kMinImportance) {
+                        fail("{}: imatrix entry '{}': every value{} is below {:g} (the largest: {:g}), which would quantize the "
+                             "weights to zeros or noise; expected mean squared activations (a calibration run's are near 1)",
                              o.imatrix_file.empty() ? "--imatrix" : o.imatrix_file, t.name,
-                             t.ne[2] > 1 ? fmt::format(" of expert {}", m) : std::string());
+                             t.ne[2] > 1 ? fmt::format(" of expert {}", m) : std::string(), kMinImportance, top);
                     }
                 }
                 if (job.importance.empty()) {

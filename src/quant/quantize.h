@@ -71,7 +71,11 @@ void quantize_rows(ggml_type type, const float *src, void *dst, int64_t n_rows, 
 // of 24000 hostile rows per type aborted (zeros, denormals, sparse and
 // wide-ranging patterns of both; a test keeps a sample of them). A
 // calibration run's importance, a mean squared activation, stays far below
-// its bound, and model weights below theirs.
+// its bound, and model weights below theirs. At the other end a matrix's
+// importance must not be all tiny: the sums underflow (at 1e-24 and below
+// the grid types' rows came out as noise, at 0 every type's as zeros), where
+// calibration runs give each matrix a largest value of 0.1-20.
+inline constexpr float kMinImportance = 1e-10f;  // a matrix's largest value
 inline constexpr float kMaxImportance = 1e20f;  // every type
 inline constexpr float kMaxGridValue = 1e6f;    // the grid types' values
 bool grid_quantizer(ggml_type type);             // IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S
