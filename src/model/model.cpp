@@ -239,19 +239,20 @@ void check_tensor_values(const gguf::File &f, int n_threads) {
         const int64_t n_rows = t.n_elements() / t.ne[0], rows = std::max<int64_t>(1, 65536 / t.ne[0]);
         for (int64_t r0 = 0; r0 < n_rows; r0 += rows) pieces.push_back({&t, r0, std::min(rows, n_rows - r0)});
     }
+    // whether rows [r, r + n_rows) of a piece's tensor read back finite
+    const auto finite = [&](const Piece &p, int64_t r, int64_t n_rows) {
+        const auto *data = static_cast<const uint8_t *>(f.tensor_data(*p.t)) + (size_t)r * ggml_row_size(p.t->type, p.t->ne[0]);
+        return quant::reads_back_finite(p.t->type, data, n_rows * p.t->ne[0]);
+    };
     LowestIndex bad;
     parallel_for((int64_t)pieces.size(), n_threads, [&](int64_t i) {
         const Piece &p = pieces[(size_t)i];
-        const size_t row = ggml_row_size(p.t->type, p.t->ne[0]);
-        const auto *data = static_cast<const uint8_t *>(f.tensor_data(*p.t)) + (size_t)p.r0 * row;
-        if (!quant::reads_back_finite(p.t->type, data, p.nr * p.t->ne[0])) bad.report(i);
+        if (!finite(p, p.r0, p.nr)) bad.report(i);
     });
     if (!bad.any()) return;
     const Piece &p = pieces[(size_t)bad.get()];
-    const size_t row = ggml_row_size(p.t->type, p.t->ne[0]);
-    const auto *data = static_cast<const uint8_t *>(f.tensor_data(*p.t)) + (size_t)p.r0 * row;
     int64_t r = 0;
-    while (r + 1 < p.nr && quant::reads_back_finite(p.t->type, data + (size_t)r * row, p.t->ne[0])) ++r;
+    while (r + 1 < p.nr && finite(p, p.r0 + r, 1)) ++r;
     fail("{}: tensor '{}' ({}) holds a non-finite value in row {} (--check-tensors)", f.path(), p.t->name,
          ggml_type_name(p.t->type), p.r0 + r);
 }

@@ -207,6 +207,7 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
     // ---- every check before anything is written
     std::vector<Job> jobs;
     int64_t n_imatrix_gaps = 0;
+    const std::string imatrix_name = o.imatrix_file.empty() ? "--imatrix" : o.imatrix_file;  // for errors
     for (size_t k : order) {
         const gguf::TensorInfo &t = tensors[k];
         const TypeChoice &c = choices[k];
@@ -236,17 +237,17 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
                     // a tied embedding's entry describes its use as the output projection: not an error
                     if (t.name != "token_embd.weight" && t.name != "per_layer_token_embd.weight") {
                         fail("{}: imatrix entry '{}' holds {} values, the tensor needs {} ({} per row x {} experts)",
-                             o.imatrix_file.empty() ? "--imatrix" : o.imatrix_file, t.name, job.importance.size(), want,
+                             imatrix_name, t.name, job.importance.size(), want,
                              t.ne[0], t.ne[2]);
                     }
                     job.importance.clear();
                 }
                 for (float v : job.importance) {
-                    if (!std::isfinite(v)) fail("{}: imatrix entry '{}' has a non-finite value", o.imatrix_file, t.name);
+                    if (!std::isfinite(v)) fail("{}: imatrix entry '{}' has a non-finite value", imatrix_name, t.name);
                     if (v > kMaxImportance) {
                         fail("{}: imatrix entry '{}' weighs a column {:g}, above the {:g} toy takes (a calibration run's mean "
                              "squared activations stay far below; ggml's quantizers overflow past it)",
-                             o.imatrix_file.empty() ? "--imatrix" : o.imatrix_file, t.name, v, kMaxImportance);
+                             imatrix_name, t.name, v, kMaxImportance);
                     }
                 }
                 // ggml quantizes a matrix whose every column weighs 0 to zeros,
@@ -257,7 +258,7 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
                     if (top < kMinImportance) {
                         fail("{}: imatrix entry '{}': every value{} is below {:g} (the largest: {:g}), which would quantize the "
                              "weights to zeros or noise; expected mean squared activations (a calibration run's are near 1)",
-                             o.imatrix_file.empty() ? "--imatrix" : o.imatrix_file, t.name,
+                             imatrix_name, t.name,
                              t.ne[2] > 1 ? fmt::format(" of expert {}", m) : std::string(), kMinImportance, top);
                     }
                 }
