@@ -484,7 +484,9 @@ TEST(Cli, SamplerFlagsAsLlamaCpp) {
     // fuzz finding: an id past 64 bits escaped as std::out_of_range
     expect_one_line_error(run_toy(base + "-l " + std::string(40, '6') + "+1"), "token id " + std::string(40, '6') + " is out of range");
     expect_one_line_error(run_toy(base + "--samplers 'top_k;wat'"), "'wat'");
-    expect_one_line_error(run_toy(base + "--mirostat 3"), "mirostat");
+    expect_one_line_error(run_toy(base + "--mirostat 3"), "--mirostat: expected a whole number from 0 to 2");
+    // a penalty of 0 divided the repeated tokens' logits by 0 (text::check_params has each range)
+    expect_one_line_error(run_toy(base + "--repeat-penalty 0"), "--repeat-penalty: expected a number > 0 (1: off), found 0");
 }
 
 TEST(Cli, ReversePromptsNProbsContextShiftAndInteractive) {

@@ -381,3 +381,66 @@ TEST(Sampler, MirostatWithAWildLearningRateStaysInTheVocabulary) {
         }
     }
 }
+
+TEST(Sampler, ValuesOutsideTheirRangesAreOneLineErrors) {
+    using toy::text::check_params;
+    using toy::text::ParamNames;
+    // the defaults, and llama.cpp's ways of saying "off" or "greedy", pass
+    SamplerParams ok;
+    check_params(ok, ParamNames::flags);
+    ok.temp = -1.0f;
+    ok.top_k = -5;
+    ok.top_p = 1.0f;
+    ok.min_p = 0.0f;
+    ok.top_n_sigma = -1.0f;
+    ok.xtc_threshold = 0.9f;
+    ok.dry_base = 0.5f;
+    ok.penalty_last_n = -1;
+    ok.presence_penalty = -2.0f;
+    check_params(ok, ParamNames::fields);
+    // --repeat-penalty 0 had divided the repeated tokens' logits by 0: the
+    // prompt's tokens became certain and greedy decoding repeated BOS
+    struct Bad {
+        void (*set)(SamplerParams &);
+        const char *flag_message, *field_message;
+    };
+    const Bad bad[] = {
+        {[](SamplerParams &p) { p.repeat_penalty = 0.0f; }, "--repeat-penalty: expected a number > 0 (1: off), found 0",
+         "'repeat_penalty' must be a number > 0 (1: off), found 0"},
+        {[](SamplerParams &p) { p.repeat_penalty = -2.0f; }, "--repeat-penalty: expected a number > 0 (1: off), found -2", nullptr},
+        {[](SamplerParams &p) { p.top_p = 1.5f; }, "--top-p: expected a number from 0 to 1 (1: off), found 1.5",
+         "'top_p' must be a number from 0 to 1 (1: off), found 1.5"},
+        {[](SamplerParams &p) { p.min_p = -0.1f; }, "--min-p: expected a number from 0 to 1 (0: off), found -0.1", nullptr},
+        {[](SamplerParams &p) { p.typical_p = 2.0f; }, "--typical: expected a number from 0 to 1", "'typical_p' must be"},
+        {[](SamplerParams &p) { p.xtc_probability = 3.0f; }, "--xtc-probability: expected a number from 0 to 1", nullptr},
+        {[](SamplerParams &p) { p.xtc_threshold = -1.0f; }, "--xtc-threshold: expected a number from 0 to 1", nullptr},
+        {[](SamplerParams &p) { p.penalty_last_n = -7; }, "--repeat-last-n: expected a whole number >= -1 (0: off, -1: all), found -7",
+         "'repeat_last_n' must be a whole number >= -1"},
+        {[](SamplerParams &p) { p.min_keep = -4; }, "--min-keep: expected a whole number >= 0, found -4", nullptr},
+        {[](SamplerParams &p) { p.dry_multiplier = -5.0f; }, "--dry-multiplier: expected a number >= 0 (0: off), found -5", nullptr},
+        {[](SamplerParams &p) { p.dry_base = 0.0f; }, "--dry-base: expected a number > 0 (below 1: off), found 0", nullptr},
+        {[](SamplerParams &p) { p.dry_allowed_length = -3; }, "--dry-allowed-length: expected a whole number >= 0, found -3", nullptr},
+        {[](SamplerParams &p) { p.dry_penalty_last_n = -9; }, "--dry-penalty-last-n: expected a whole number >= -1", nullptr},
+        {[](SamplerParams &p) { p.mirostat = 3; }, "--mirostat: expected a whole number from 0 to 2 (0: off, 1: v1, 2: v2), found 3",
+         "'mirostat' must be a whole number from 0 to 2"},
+        {[](SamplerParams &p) { p.mirostat_tau = -3.0f; }, "--mirostat-ent: expected a number >= 0, found -3", "'mirostat_tau' must be"},
+        {[](SamplerParams &p) { p.mirostat_eta = NAN; }, "--mirostat-lr: expected a number >= 0, found nan", "'mirostat_eta' must be"},
+    };
+    for (const Bad &b : bad) {
+        SamplerParams p;
+        b.set(p);
+        for (ParamNames names : {ParamNames::flags, ParamNames::fields}) {
+            const char *want = names == ParamNames::flags ? b.flag_message : b.field_message;
+            try {
+                check_params(p, names);
+                ADD_FAILURE() << "no error for " << b.flag_message;
+            } catch (const toy::Error &e) {
+                const std::string what = e.what();
+                if (want) {
+                    EXPECT_EQ(what.rfind(want, 0), 0u) << what;
+                }
+                EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+            }
+        }
+    }
+}

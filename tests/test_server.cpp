@@ -302,6 +302,10 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
              Bad{"/v1/completions", R"({"prompt": "x", "temperature": "hot"})", 400, "'temperature' must be a number"},
              Bad{"/v1/completions", R"({"prompt": "x", "temperature": 1e300})", 400, "'temperature' must be a finite number"},
              Bad{"/v1/completions", R"({"prompt": "x", "top_k": 1000000000000})", 400, "'top_k' is out of range"},
+             Bad{"/v1/completions", R"({"prompt": "x", "repeat_penalty": 0})", 400,
+                 "'repeat_penalty' must be a number > 0 (1: off), found 0"},
+             Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_p": 2})", 400,
+                 "'top_p' must be a number from 0 to 1 (1: off), found 2"},
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "unknown role 'wizard'"},
              Bad{"/v1/chat/completions", R"({"messages": []})", 400, "non-empty array"},
              // fuzz_request's finding: a content part whose "type" is not a string escaped as nlohmann's type_error (a 500)

@@ -42,7 +42,8 @@ std::vector<Registered> &registry();
 // flags are added.
 void check_numeric_flags(CLI::App &app);
 
-// Adds --temp, --top-k, --top-p, --min-p, penalties and -s to a command.
+// Adds --temp, --top-k, --top-p, --min-p, penalties and -s to a command;
+// their values' ranges (text::check_params) are checked once it is parsed.
 void add_sampling_flags(CLI::App &app, toy::text::SamplerParams &s);
 // -l / --logit-bias's TOKEN+BIAS or TOKEN-BIAS (BIAS may be inf); throws toy::Error.
 std::pair<int32_t, float> parse_logit_bias(const std::string &v);

@@ -300,7 +300,7 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
     app.add_option("--xtc-threshold", s.xtc_threshold, "XTC removes the tokens at least this likely but the last (> 0.5: off)");
     app.add_option("--min-keep", s.min_keep, "top-p, typical, min-p and XTC keep at least this many tokens (0: 1)");
     app.add_option("--dry-multiplier", s.dry_multiplier, "DRY repetition penalty strength (0: off)");
-    app.add_option("--dry-base", s.dry_base, "DRY: the penalty grows by this factor per repeated token");
+    app.add_option("--dry-base", s.dry_base, "DRY: the penalty grows by this factor per repeated token (below 1: off)");
     app.add_option("--dry-allowed-length", s.dry_allowed_length, "DRY: repeats up to this long are free");
     app.add_option("--dry-penalty-last-n", s.dry_penalty_last_n, "DRY: tokens scanned for repeats (-1: all, 0: off)");
     app.add_option_function<std::vector<std::string>>(
@@ -311,8 +311,7 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
                 if (b != "none") s.dry_sequence_breakers.push_back(b);
         },
         "DRY: text a repeat does not run across (repeatable; replaces \\n : \" *; none: no breakers)");
-    app.add_option("--mirostat", s.mirostat, "mirostat sampling instead of the stages: 0 off, 1 v1, 2 v2")
-        ->check(CLI::Range(0, 2));
+    app.add_option("--mirostat", s.mirostat, "mirostat sampling instead of the stages: 0 off, 1 v1, 2 v2");
     app.add_option("--mirostat-lr", s.mirostat_eta, "mirostat learning rate (eta)");
     app.add_option("--mirostat-ent", s.mirostat_tau, "mirostat target entropy (tau)");
     app.add_option_function<std::string>(
@@ -338,6 +337,14 @@ void add_sampling_flags(CLI::App &app, text::SamplerParams &s) {
                 return v[0] == '-' ? "expected -1 (a random seed) or a seed >= 0, found '" + v + "'" : std::string();
             },
             ""));
+    // each value's range (text::check_params), once every flag is read
+    app.parse_complete_callback([&s] {
+        try {
+            text::check_params(s, text::ParamNames::flags);
+        } catch (const Error &e) {
+            throw CLI::ValidationError(e.what());
+        }
+    });
 }
 
 std::pair<int32_t, float> parse_logit_bias(const std::string &v) {

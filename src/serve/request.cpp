@@ -92,7 +92,7 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
     for (auto [name, dst] : numbers) *dst = field<float>(b, name, *dst, "a number");
     const std::pair<const char *, int32_t *> integers[] = {
         {"top_k", &p.top_k}, {"min_keep", &p.min_keep}, {"dry_allowed_length", &p.dry_allowed_length},
-        {"dry_penalty_last_n", &p.dry_penalty_last_n}, {"mirostat", &p.mirostat},
+        {"dry_penalty_last_n", &p.dry_penalty_last_n}, {"mirostat", &p.mirostat}, {"repeat_last_n", &p.penalty_last_n},
     };
     for (auto [name, dst] : integers) *dst = field<int32_t>(b, name, *dst, "an integer");
     if (auto it = b.find("dry_sequence_breakers"); it != b.end() && !it->is_null()) {
@@ -103,7 +103,6 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
             p.dry_sequence_breakers.push_back(s.get<std::string>());
         }
     }
-    if (p.mirostat < 0 || p.mirostat > 2) throw ApiError{400, fmt::format("'mirostat' must be 0, 1 or 2, found {}", p.mirostat)};
     if (auto it = b.find("samplers"); it != b.end() && !it->is_null()) {
         // llama-server's: an array of names, or one string of them
         std::string names;
@@ -127,6 +126,11 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
     const int64_t seed = field<int64_t>(b, "seed", -1, "an integer");
     if (seed >= 0) p.seed = (uint64_t)seed;
     if (p.temp < 0) throw ApiError{400, fmt::format("'temperature' must be >= 0, found {}", p.temp)};
+    try {
+        text::check_params(p, text::ParamNames::fields);
+    } catch (const Error &e) {
+        throw ApiError{400, e.what()};
+    }
     return p;
 }
 

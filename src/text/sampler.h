@@ -61,6 +61,15 @@ struct SamplerParams {
     std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
+// Each parameter's accepted values, in one place for the command-line
+// flags and the server's request fields (llama.cpp's ways of saying "off"
+// included: top-k <= 0, top-p 1, temperature <= 0 for greedy, DRY's base
+// below 1). Throws toy::Error naming the first value outside its range by
+// its flag ("--repeat-penalty: expected a number > 0 (1: off), found 0") or
+// by its request field ("'repeat_penalty' must be a number > 0 ...").
+enum class ParamNames { flags, fields };
+void check_params(const SamplerParams &p, ParamNames names);
+
 class Sampler {
 public:
     explicit Sampler(const SamplerParams &p);
