@@ -76,6 +76,8 @@ TEST(Cli, BadInputIsOneLineError) {
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi -fa maybe"), "maybe");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --hugepages sometimes"), "sometimes");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --json --n-probs -1"), "--n-probs");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi --context-shift --keep -5"), "--keep: expected -1");
+    expect_one_line_error(run_toy("run -m " + kStories + " -p hi -r ''"), "-r: expected a text to stop at");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --temp nan"), "--temp: expected a finite number, found 'nan'");
     expect_one_line_error(run_toy("run -m " + kStories + " -p hi --top-p inf"), "--top-p: expected a finite number, found 'inf'");
 }

@@ -89,6 +89,10 @@ int run_generate(const RunOptions &o) {
     o.input.check_one();
     if (o.n_predict < -1) fail("-n: expected -1 (until end of text) or a count >= 0, found {}", o.n_predict);
     if (o.n_probs < 0) fail("--n-probs: expected a count >= 0 (0: none), found {}", o.n_probs);
+    if (o.n_keep < -1) fail("--keep: expected -1 (the whole prompt) or a count >= 0, found {}", o.n_keep);
+    for (const std::string &r : o.reverse) {
+        if (r.empty()) fail("-r: expected a text to stop at, found an empty one");
+    }
 
     const auto t_load = Clock::now();
     auto model = o.model.load(o.n_predict);  // a short run may keep 4 KiB pages (LoadOptions::decode_tokens)
