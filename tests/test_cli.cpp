@@ -149,6 +149,11 @@ TEST(Cli, NumericFlagValuesAreReadAsWritten) {
     expect_one_line_error(run_toy(run + "--seed -2"), "--seed: expected -1 (a random seed) or a seed >= 0, found '-2'");
     expect_one_line_error(run_toy("train -m " + kStories + " -f x --seed -1 -o x"), "--seed: expected a whole number >= 0, found '-1'");
     expect_one_line_error(run_toy("bench -m " + kStories + " -p 8 -n 0 --roofline-mib ''"), "--roofline-mib: expected a number");
+    // a flag of two values: the scale of every FILE SCALE pair (NaN made every logit NaN), not the file
+    const std::string adapter = std::string(TOY_SOURCE_DIR) + "/tests/data/lora-llama/llama-q8_0.a.gguf";
+    expect_one_line_error(run_toy(run + "--lora-scaled " + adapter + " nan"), "--lora-scaled: expected a finite number, found 'nan'");
+    expect_one_line_error(run_toy(run + "--lora-scaled " + adapter + " 0.5 --lora-scaled " + adapter + " ''"),
+                          "--lora-scaled: expected a number, found an empty value");
     // 010 is ten, +8 is eight; -1 is a random seed, as in llama.cpp
     EXPECT_EQ(nlohmann::json::parse(run_toy(run + "-n 010").out)["tokens"].size(), 10u);
     EXPECT_EQ(nlohmann::json::parse(run_toy(run + "-n +8").out)["tokens"].size(), 8u);

@@ -35,7 +35,8 @@ struct Registered {
 };
 std::vector<Registered> &registry();
 
-// Checks the text of every numeric flag (type INT, UINT or FLOAT) of
+// Checks the text of every numeric flag (type INT, UINT or FLOAT, or such
+// a value of a flag that takes several, as --lora-scaled's SCALE) of
 // `app` and its commands before CLI11 converts it, which CLI11 2.1 does
 // loosely: an empty value was 0, a negative unsigned wrapped, a number past
 // 64 bits saturated, 010 was octal and 1e39 infinity. Call it after the

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace toy::cli {
 namespace {
@@ -46,11 +47,21 @@ std::string check_number(const std::string &kind, std::string &text) {
 
 void check_numeric_flags(CLI::App &app) {
     for (CLI::Option *opt : app.get_options()) {
+        // "FLOAT", "INT:..." or, for a flag of several values such as
+        // --lora-scaled FILE SCALE, "[TEXT,FLOAT]": each value's kind
         const std::string type = opt->get_type_name();
-        const std::string kind = type.substr(0, type.find_first_of(": "));
-        if (kind != "INT" && kind != "UINT" && kind != "FLOAT") continue;
-        // (a transform: it may rewrite the text, and runs before the flag's own)
-        opt->transform(CLI::Validator([kind](std::string &v) { return check_number(kind, v); }, ""));
+        const bool several = type.size() > 2 && type.front() == '[';
+        const std::vector<std::string> kinds =
+            several ? CLI::detail::split(type.substr(1, type.find(']') - 1), ',')
+                    : std::vector<std::string>{type.substr(0, type.find_first_of(": "))};
+        for (size_t i = 0; i < kinds.size(); ++i) {
+            const std::string kind = kinds[i];
+            if (kind != "INT" && kind != "UINT" && kind != "FLOAT") continue;
+            // (a transform: it may rewrite the text, and runs before the flag's own)
+            CLI::Validator check([kind](std::string &v) { return check_number(kind, v); }, "");
+            if (several) check.application_index((int)i);  // the i-th value of each group
+            opt->transform(check);
+        }
     }
     for (CLI::App *sub : app.get_subcommands({})) check_numeric_flags(*sub);
 }
