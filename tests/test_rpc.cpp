@@ -230,6 +230,10 @@ TEST(Split, BadSplitFlagsAreOneLineErrorsBeforeLoading) {
     expect_one_line_error(run_toy(m + "-sm row"), "--split-mode row: toy splits models by layer only");
     expect_one_line_error(run_toy(m + "-sm rows"), "--split-mode: expected none, layer or row");
     expect_one_line_error(run_toy(m + "-ts 3,x"), "--tensor-split: expected proportions");
+    // values that make no sense are errors even where nothing is offloaded (they were ignored there)
+    expect_one_line_error(run_toy(m + "-ts nan,1"), "--tensor-split: expected proportions >= 0, found nan");
+    expect_one_line_error(run_toy(m + "-ts 0,0"), "--tensor-split: every proportion is 0");
+    expect_one_line_error(run_toy(m + "-mg -1"), "--main-gpu: expected an offload device's index >= 0, found -1");
     // with no device, -ngl's default offloads nothing: the local run
     const test::CommandResult local = run_toy(m);
     EXPECT_EQ(local.code, 0) << local.err;

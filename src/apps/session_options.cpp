@@ -60,6 +60,7 @@ SplitOptions SplitFlags::options() const {
         for (const std::string &d : o.devices)
             if (d.empty()) fail("--device: expected names such as RPC0,RPC1 (or none), found '{}'", device);
     }
+    o.check();  // (also where nothing is offloaded, so a mistake is not silent)
     add_servers();
     return o;
 }

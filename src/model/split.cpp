@@ -36,6 +36,7 @@ std::vector<ggml_backend_dev_t> chosen_devices(const std::vector<std::string> &n
 
 // How much of the offloaded blocks each device takes.
 std::vector<double> shares(const SplitOptions &o, const std::vector<ggml_backend_dev_t> &devs) {
+    o.check();
     std::vector<double> w(devs.size(), 0.0);
     if (o.mode == SplitMode::None) {
         if (o.main_gpu < 0 || o.main_gpu >= (int)devs.size()) {
@@ -49,12 +50,7 @@ std::vector<double> shares(const SplitOptions &o, const std::vector<ggml_backend
             fail("--tensor-split: {} proportions for {} offload device{} ({})", o.tensor_split.size(), devs.size(),
                  devs.size() == 1 ? "" : "s", device_names(devs));
         }
-        for (size_t i = 0; i < o.tensor_split.size(); ++i) {
-            const float v = o.tensor_split[i];
-            if (!(v >= 0.0f) || !std::isfinite(v)) fail("--tensor-split: expected proportions >= 0, found {}", v);
-            w[i] = v;
-        }
-        if (std::accumulate(w.begin(), w.end(), 0.0) <= 0.0) fail("--tensor-split: every proportion is 0");
+        std::copy(o.tensor_split.begin(), o.tensor_split.end(), w.begin());
         return w;
     }
     // as llama.cpp: by free memory, so a larger device takes more blocks
@@ -68,6 +64,16 @@ std::vector<double> shares(const SplitOptions &o, const std::vector<ggml_backend
 }
 
 }  // namespace
+
+void SplitOptions::check() const {
+    for (const float v : tensor_split) {
+        if (!(v >= 0.0f) || !std::isfinite(v)) fail("--tensor-split: expected proportions >= 0, found {}", v);
+    }
+    if (!tensor_split.empty() && std::accumulate(tensor_split.begin(), tensor_split.end(), 0.0) <= 0.0) {
+        fail("--tensor-split: every proportion is 0");
+    }
+    if (main_gpu < 0) fail("--main-gpu: expected an offload device's index >= 0, found {}", main_gpu);
+}
 
 std::vector<ggml_backend_dev_t> offload_devices() {
     std::vector<ggml_backend_dev_t> out;

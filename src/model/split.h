@@ -29,6 +29,10 @@ struct SplitOptions {
     std::vector<float> tensor_split;   // a proportion per offload device; empty: by free memory
     int main_gpu = 0;                  // split mode none: the offload device (an index into them) that takes all
     std::vector<std::string> devices;  // offload devices by ggml name; empty: every GPU and RPC device
+
+    // The values that make sense whatever the devices (proportions finite and
+    // >= 0, not all 0; a device index >= 0); throws toy::Error naming the flag.
+    void check() const;
 };
 
 struct LayerSplit {
