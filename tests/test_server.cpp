@@ -527,3 +527,51 @@ TEST(Server, TheRequestParserPreparesDryBreakersAndStopStringsOffTheEngineThread
     // without stop strings there is nothing to prepare
     EXPECT_EQ(serve::parse_completion(R"({"prompt": "Once"})", false, vocab, chatml).req.limits.stop_set, nullptr);
 }
+
+TEST(Server, TheServersSamplingFlagsAreTheDefaultsOfRequests) {
+    // toy serve --temp, --top-k, -l, ... (llama-server's): what a request does
+    // not set comes from them; each field a request gives replaces one
+    const text::Vocab vocab = text::Vocab::load(*gguf::File::open(test::shared_path("models/stories260K.gguf")));
+    const text::ChatTemplate chatml(text::ChatTemplate::builtin_source("chatml"), "<s>", "</s>", "chatml");
+    const text::SamplerParams openai = serve::default_request_sampling();
+    EXPECT_EQ(openai.temp, 1.0f);
+    EXPECT_EQ(openai.top_k, 0);
+    EXPECT_EQ(openai.top_p, 1.0f);
+    EXPECT_EQ(openai.min_p, 0.0f);
+    text::SamplerParams server = openai;
+    server.temp = -1.0f;  // greedy, as llama.cpp's flag allows
+    server.top_k = 7;
+    server.repeat_penalty = 1.3f;
+    server.logit_bias = {{5, -INFINITY}};
+    server.order = {text::Stage::TopK, text::Stage::Temperature};
+    server.seed = 11;
+    const auto parse = [&](const std::string &body) { return serve::parse_completion(body, false, vocab, chatml, server).req.sampling; };
+    const text::SamplerParams plain = parse(R"({"prompt": "Once"})");
+    EXPECT_EQ(plain.temp, -1.0f);
+    EXPECT_EQ(plain.top_k, 7);
+    EXPECT_EQ(plain.repeat_penalty, 1.3f);
+    EXPECT_EQ(plain.logit_bias, server.logit_bias);
+    EXPECT_EQ(plain.order, server.order);
+    EXPECT_EQ(plain.seed, 11u);
+    const text::SamplerParams own = parse(
+        R"({"prompt": "Once", "temperature": 0.5, "top_k": 2, "logit_bias": {"6": 1}, "samplers": ["min_p"], "seed": 3})");
+    EXPECT_EQ(own.temp, 0.5f);
+    EXPECT_EQ(own.top_k, 2);
+    EXPECT_EQ(own.repeat_penalty, 1.3f);  // not given: the server's
+    EXPECT_EQ(own.logit_bias, (std::vector<std::pair<int32_t, float>>{{6, 1.0f}}));
+    EXPECT_EQ(own.order, std::vector<text::Stage>{text::Stage::MinP});
+    EXPECT_EQ(own.seed, 3u);
+    // a request's own temperature keeps OpenAI's range
+    try {
+        parse(R"({"prompt": "Once", "temperature": -1})");
+        ADD_FAILURE() << "a negative temperature in a request was taken";
+    } catch (const serve::ApiError &e) {
+        EXPECT_EQ(e.status, 400);
+    }
+    // the flags' values are checked before the server starts
+    const test::CommandResult bad =
+        test::run_command(test::shell_quote(test::toy_bin()) + " serve -m " + test::shared_path("models/stories260K.gguf") +
+                          " --port 0 --top-p 2");
+    EXPECT_EQ(bad.code, 1);
+    EXPECT_NE(bad.err.find("--top-p: expected a number from 0 to 1 (1: off), found 2"), std::string::npos) << bad.err;
+}

@@ -25,6 +25,7 @@ struct ServeOptions {
     std::string chat_template;
     std::string chat_template_file;
     DraftFlags draft;  // speculative decoding: -md / --lookup-ngram
+    text::SamplerParams sampling = serve::default_request_sampling();  // what a request does not set
 };
 
 int run_serve(const ServeOptions &o) {
@@ -38,6 +39,7 @@ int run_serve(const ServeOptions &o) {
     ao.max_body = o.max_body;
     ao.n_http_threads = (size_t)(o.n_parallel + o.max_queue + 4);
     ao.model_name = o.alias.empty() ? std::filesystem::path(o.model.model_path).filename().string() : o.alias;
+    ao.sampling = o.sampling;
     serve::Api api(ao);
     const int port = api.bind(o.host, o.port);
     if (port < 0) fail("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
@@ -87,6 +89,9 @@ Command reg("serve", "OpenAI-compatible HTTP server: continuous batching of conc
     app.add_option("--chat-template", o->chat_template, "built-in template name or Jinja source (default: the model's)");
     app.add_option("--chat-template-file", o->chat_template_file, "read the Jinja chat template from a file");
     o->draft.add_to(app);
+    // llama-server's: the sampling of requests that do not set it (shown with
+    // the server's defaults: OpenAI's where OpenAI has the field)
+    add_sampling_flags(app, o->sampling);
     return [o] { return run_serve(*o); };
 });
 

@@ -220,7 +220,7 @@ void Api::routes() {
 }
 
 void Api::complete(const httplib::Request &req, httplib::Response &res, bool chat) {
-    CompletionRequest parsed = parse_completion(req.body, chat, *vocab_, *tmpl_);
+    CompletionRequest parsed = parse_completion(req.body, chat, *vocab_, *tmpl_, opts_.sampling);
     Request &r = parsed.req;
     const bool stream = parsed.stream;
     const bool want_logprobs = r.n_logprobs >= 0;

@@ -7,6 +7,7 @@
 // /health and the page.
 #pragma once
 
+#include "serve/request.h"
 #include "serve/scheduler.h"
 #include "text/chat_template.h"
 
@@ -34,6 +35,9 @@ struct ApiOptions {
     // space every interval until it is: a client that went away is noticed
     // (its request stops) and proxies see a live connection.
     std::chrono::milliseconds keepalive{1000};
+    // The sampling of a request that does not set a field (toy serve's
+    // sampling flags, starting from default_request_sampling()).
+    text::SamplerParams sampling = default_request_sampling();
 };
 
 class Api {

@@ -70,11 +70,10 @@ std::vector<std::pair<int32_t, float>> logit_bias_of(const json &b, int32_t n_vo
     return out;
 }
 
-text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
-    text::SamplerParams p;
-    p.logit_bias = logit_bias_of(b, n_vocab);
-    // OpenAI's defaults where OpenAI has the field (temperature 1, no top-p /
-    // top-k / min-p), llama-server's names and defaults for the rest
+text::SamplerParams sampling_of(const json &b, int32_t n_vocab, const text::SamplerParams &defaults) {
+    text::SamplerParams p = defaults;
+    if (auto it = b.find("logit_bias"); it != b.end() && !it->is_null()) p.logit_bias = logit_bias_of(b, n_vocab);
+    // llama-server's names where OpenAI has no field
     const std::pair<const char *, float *> numbers[] = {
         {"temperature", &p.temp},          {"top_p", &p.top_p},
         {"min_p", &p.min_p},               {"presence_penalty", &p.presence_penalty},
@@ -84,11 +83,6 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
         {"dry_multiplier", &p.dry_multiplier}, {"dry_base", &p.dry_base},
         {"mirostat_tau", &p.mirostat_tau}, {"mirostat_eta", &p.mirostat_eta},
     };
-    p.temp = 1.0f;
-    p.top_p = 1.0f;
-    p.top_k = 0;
-    p.min_p = 0.0f;
-    p.dry_penalty_last_n = -1;
     for (auto [name, dst] : numbers) *dst = field<float>(b, name, *dst, "a number");
     const std::pair<const char *, int32_t *> integers[] = {
         {"top_k", &p.top_k}, {"min_keep", &p.min_keep}, {"dry_allowed_length", &p.dry_allowed_length},
@@ -123,9 +117,9 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab) {
             throw ApiError{400, e.what()};
         }
     }
-    const int64_t seed = field<int64_t>(b, "seed", -1, "an integer");
-    if (seed >= 0) p.seed = (uint64_t)seed;
-    if (p.temp < 0) throw ApiError{400, fmt::format("'temperature' must be >= 0, found {}", p.temp)};
+    if (const int64_t seed = field<int64_t>(b, "seed", -1, "an integer"); seed >= 0) p.seed = (uint64_t)seed;
+    // (OpenAI's range; the server's --temp may be below 0: greedy, as in llama.cpp)
+    if (p.temp < 0 && b.contains("temperature")) throw ApiError{400, fmt::format("'temperature' must be >= 0, found {}", p.temp)};
     try {
         text::check_params(p, text::ParamNames::fields);
     } catch (const Error &e) {
@@ -254,14 +248,24 @@ std::vector<int32_t> prompt_of(const json &b, const text::Vocab &vocab) {
 
 }  // namespace
 
-CompletionRequest parse_completion(const std::string &body, bool chat, const text::Vocab &vocab, const text::ChatTemplate &tmpl) {
+text::SamplerParams default_request_sampling() {
+    text::SamplerParams p;
+    p.temp = 1.0f;
+    p.top_p = 1.0f;
+    p.top_k = 0;
+    p.min_p = 0.0f;
+    return p;
+}
+
+CompletionRequest parse_completion(const std::string &body, bool chat, const text::Vocab &vocab, const text::ChatTemplate &tmpl,
+                                   const text::SamplerParams &defaults) {
     const json b = parse_body(body);
     CompletionRequest out;
     Request &r = out.req;
     // DRY's breaker tokens and the stop strings' automaton are made here, on
     // the connection's thread: the engine thread serves every client (a
     // megabyte of either took it 0.4 s and more)
-    r.sampling = text::with_dry_breakers(sampling_of(b, vocab.n_tokens()), vocab);
+    r.sampling = text::with_dry_breakers(sampling_of(b, vocab.n_tokens(), defaults), vocab);
     r.limits.stop = stops_of(b);
     if (!r.limits.stop.empty()) r.limits.stop_set = std::make_shared<const text::StringSet>(r.limits.stop);
     // chat's max_completion_tokens, else max_tokens (the older name)

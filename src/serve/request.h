@@ -60,8 +60,15 @@ struct CompletionRequest {
     bool stream = false;
 };
 
-// A completion (chat: the messages through the chat template) request's body.
-// Throws ApiError for what the client got wrong.
-CompletionRequest parse_completion(const std::string &body, bool chat, const text::Vocab &vocab, const text::ChatTemplate &tmpl);
+// The sampling of a request that sets nothing: OpenAI's defaults where
+// OpenAI has the field (temperature 1; no top-k, top-p or min-p),
+// llama.cpp's for the rest. `toy serve`'s sampling flags start from these.
+text::SamplerParams default_request_sampling();
+
+// A completion (chat: the messages through the chat template) request's body;
+// each sampling field it gives replaces the one in `defaults`. Throws
+// ApiError for what the client got wrong.
+CompletionRequest parse_completion(const std::string &body, bool chat, const text::Vocab &vocab, const text::ChatTemplate &tmpl,
+                                   const text::SamplerParams &defaults = default_request_sampling());
 
 }  // namespace toy::serve
