@@ -23,6 +23,38 @@ constexpr StageName kStages[] = {
     {"xtc", 'x', Stage::Xtc},             {"temperature", 't', Stage::Temperature}, {"temp", 't', Stage::Temperature},
 };
 
+// A sampler parameter's range: [lo, hi], or (lo, hi] with above (whole: an
+// integer parameter); what a value means ("1: off") follows in the message.
+struct Range {
+    const char *flag, *field;
+    double (*get)(const SamplerParams &);
+    double lo, hi;
+    bool above, whole;
+    const char *note;
+};
+constexpr double kNoEnd = INFINITY;
+#define TOY_PARAM(member) [](const SamplerParams &p) { return (double)p.member; }
+// (temperature, top-k, top-n-sigma and the presence and frequency penalties
+// take any value: at or below 0 they are off, or greedy)
+constexpr Range kRanges[] = {
+    {"--top-p", "top_p", TOY_PARAM(top_p), 0, 1, false, false, "1: off"},
+    {"--min-p", "min_p", TOY_PARAM(min_p), 0, 1, false, false, "0: off"},
+    {"--typical", "typical_p", TOY_PARAM(typical_p), 0, 1, false, false, "1: off"},
+    {"--repeat-penalty", "repeat_penalty", TOY_PARAM(repeat_penalty), 0, kNoEnd, true, false, "1: off"},
+    {"--repeat-last-n", "repeat_last_n", TOY_PARAM(penalty_last_n), -1, kNoEnd, false, true, "0: off, -1: all"},
+    {"--xtc-probability", "xtc_probability", TOY_PARAM(xtc_probability), 0, 1, false, false, "0: off"},
+    {"--xtc-threshold", "xtc_threshold", TOY_PARAM(xtc_threshold), 0, 1, false, false, "above 0.5: off"},
+    {"--min-keep", "min_keep", TOY_PARAM(min_keep), 0, kNoEnd, false, true, nullptr},
+    {"--dry-multiplier", "dry_multiplier", TOY_PARAM(dry_multiplier), 0, kNoEnd, false, false, "0: off"},
+    {"--dry-base", "dry_base", TOY_PARAM(dry_base), 0, kNoEnd, true, false, "below 1: off"},
+    {"--dry-allowed-length", "dry_allowed_length", TOY_PARAM(dry_allowed_length), 0, kNoEnd, false, true, nullptr},
+    {"--dry-penalty-last-n", "dry_penalty_last_n", TOY_PARAM(dry_penalty_last_n), -1, kNoEnd, false, true, "0: off, -1: all"},
+    {"--mirostat", "mirostat", TOY_PARAM(mirostat), 0, 2, false, true, "0: off, 1: v1, 2: v2"},
+    {"--mirostat-ent", "mirostat_tau", TOY_PARAM(mirostat_tau), 0, kNoEnd, false, false, nullptr},
+    {"--mirostat-lr", "mirostat_eta", TOY_PARAM(mirostat_eta), 0, kNoEnd, false, false, nullptr},
+};
+#undef TOY_PARAM
+
 }  // namespace
 
 std::vector<Stage> parse_stages(const std::string &text, std::string_view source) {
@@ -69,42 +101,6 @@ std::string stage_names(const std::vector<Stage> &order) {
     }
     return out;
 }
-
-namespace {
-
-// A parameter's range: [lo, hi], or (lo, hi] with above; what an end
-// means ("1: off") goes after it in the message.
-struct Range {
-    const char *flag, *field;
-    double (*get)(const SamplerParams &);
-    double lo, hi;
-    bool above, whole;
-    const char *note;
-};
-constexpr double kNoEnd = INFINITY;
-#define TOY_PARAM(member) [](const SamplerParams &p) { return (double)p.member; }
-// (temperature, top-k, top-n-sigma and the presence and frequency penalties
-// take any value: at or below 0 they are off, or greedy)
-constexpr Range kRanges[] = {
-    {"--top-p", "top_p", TOY_PARAM(top_p), 0, 1, false, false, "1: off"},
-    {"--min-p", "min_p", TOY_PARAM(min_p), 0, 1, false, false, "0: off"},
-    {"--typical", "typical_p", TOY_PARAM(typical_p), 0, 1, false, false, "1: off"},
-    {"--repeat-penalty", "repeat_penalty", TOY_PARAM(repeat_penalty), 0, kNoEnd, true, false, "1: off"},
-    {"--repeat-last-n", "repeat_last_n", TOY_PARAM(penalty_last_n), -1, kNoEnd, false, true, "0: off, -1: all"},
-    {"--xtc-probability", "xtc_probability", TOY_PARAM(xtc_probability), 0, 1, false, false, "0: off"},
-    {"--xtc-threshold", "xtc_threshold", TOY_PARAM(xtc_threshold), 0, 1, false, false, "above 0.5: off"},
-    {"--min-keep", "min_keep", TOY_PARAM(min_keep), 0, kNoEnd, false, true, nullptr},
-    {"--dry-multiplier", "dry_multiplier", TOY_PARAM(dry_multiplier), 0, kNoEnd, false, false, "0: off"},
-    {"--dry-base", "dry_base", TOY_PARAM(dry_base), 0, kNoEnd, true, false, "below 1: off"},
-    {"--dry-allowed-length", "dry_allowed_length", TOY_PARAM(dry_allowed_length), 0, kNoEnd, false, true, nullptr},
-    {"--dry-penalty-last-n", "dry_penalty_last_n", TOY_PARAM(dry_penalty_last_n), -1, kNoEnd, false, true, "0: off, -1: all"},
-    {"--mirostat", "mirostat", TOY_PARAM(mirostat), 0, 2, false, true, "0: off, 1: v1, 2: v2"},
-    {"--mirostat-ent", "mirostat_tau", TOY_PARAM(mirostat_tau), 0, kNoEnd, false, false, nullptr},
-    {"--mirostat-lr", "mirostat_eta", TOY_PARAM(mirostat_eta), 0, kNoEnd, false, false, nullptr},
-};
-#undef TOY_PARAM
-
-}  // namespace
 
 void check_params(const SamplerParams &p, ParamNames names) {
     for (const Range &r : kRanges) {
