@@ -102,6 +102,13 @@ TEST(TrainCli, SigintCheckpointsAndTheResumedRunMatchesAnUninterruptedOne) {
     }
     // the log continues where it stopped: one row per step
     EXPECT_EQ(lines_in(d.file("cut.csv")), 301u);
+    // resumed once more with no step left: the output again, and the last step's loss (it said "train loss nan")
+    auto again = run_toy("train --resume " + d.file("full") + " -t 1 -o " + d.file("again.gguf"));
+    ASSERT_EQ(again.code, 0) << again.err;
+    char last[64];
+    std::snprintf(last, sizeof last, "300 steps, train loss %.4f,", a->get_float_array("toy.checkpoint.train_loss").back());
+    EXPECT_NE(again.err.find(last), std::string::npos) << again.err;
+    EXPECT_TRUE(fs::exists(d.file("again.gguf")));
 }
 
 TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {

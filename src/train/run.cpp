@@ -318,6 +318,7 @@ RunResult run_training(RunSettings s, const RunIo &io) {
     int64_t step = st.step;
     const int64_t first_step = st.step;
     double last_val = st.val_loss.empty() ? NAN : st.val_loss.back();
+    if (!st.train_loss.empty()) res.train_loss = st.train_loss.back();  // a resumed run that has no step left to take
     auto last_print = clock::now() - std::chrono::hours(1);
     while (step < total) {
         if (io.stop && io.stop->load()) {
