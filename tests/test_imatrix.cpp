@@ -142,5 +142,9 @@ TEST(Imatrix, BadInputsAreOneLineErrors) {
                  "--output-frequency");
     expect_error(run_toy(fmt::format("imatrix -m {} -f {} -o {} --chunks 0", model, shell_quote(stories_text()), out)),
                  "--chunks");
+    // an output that cannot be written fails before the calibration text is run, not after it
+    expect_error(run_toy(fmt::format("imatrix -m {} -f {} -o {}", model, shell_quote(stories_text()),
+                                     shell_quote(dir.file("no-dir/x.gguf")))),
+                 "no-dir/x.gguf: cannot create a temporary file");
     EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
 }

@@ -122,6 +122,11 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
     expect_one_line_error(run_toy(base + "-f " + d.file("")), "is a directory, not a file");
     // the shape flags of --from-scratch were ignored by a fine-tune
     expect_one_line_error(run_toy(base + "-f " + ok + " --n-layer 2"), "--n-layer: describes a new model (give --from-scratch)");
+    // outputs that cannot be written fail before the first step, not after the last (the run was lost)
+    const std::string steps = "train -m " + kStories + " --lora-rank 4 -c 32 --steps 100000 -q -f " + ok;
+    expect_one_line_error(run_toy(steps + " -o " + d.file("no-dir/o.gguf")), "no-dir/o.gguf: cannot create a temporary file");
+    expect_one_line_error(run_toy(steps + " -o " + d.file("o.gguf") + " --plot " + d.file("no-dir/p.svg")), "no-dir/p.svg");
+    EXPECT_FALSE(fs::exists(d.file("o.gguf")));
     // a device without end was read until memory ran out
     expect_one_line_error(run_toy(base + "-f /dev/zero"), "training data: '/dev/zero' gives more than 1 GiB");
     expect_one_line_error(run_toy(base + "--chat-template chatml -f " + write(d, "bad.jsonl", "{\"messages\": []}\nnot json\n")),

@@ -86,6 +86,10 @@ std::filesystem::path dir_of(const std::string &file) {
 
 }  // namespace
 
+void check_writable(const std::string &target) {
+    AtomicFile probe(target);  // not committed: its temporary file goes again
+}
+
 void make_directories(const std::string &dir, std::string_view flag) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);

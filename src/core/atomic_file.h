@@ -55,6 +55,11 @@ void remove_stale_temporaries(const std::string &dir, const std::function<bool(s
 // The whole file in one atomic write.
 void write_file_atomic(const std::string &path, std::string_view bytes);
 
+// Fails now as writing `target` would later (its directory missing or not
+// writable, a directory in its place), leaving nothing behind: for commands
+// that work for a long time before they write (training, an imatrix).
+void check_writable(const std::string &target);
+
 // Creates `dir` and its missing parents for what `flag` names; a one-line
 // toy::Error when it cannot ("--checkpoint-dir x/y: cannot create the
 // directory: Not a directory").

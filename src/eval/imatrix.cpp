@@ -1,5 +1,6 @@
 #include "eval/imatrix.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -138,6 +139,7 @@ ImatrixResult compute_imatrix(const Model &model, const text::Vocab &vocab, cons
                               const std::function<void(const ChunkReport &)> &on_chunk) {
     if (opts.output_frequency < 0) fail("--output-frequency: expected a count >= 0, found {}", opts.output_frequency);
     if (opts.output.empty()) fail("-o: an output file name is required");
+    check_writable(opts.output);  // now, not after the whole calibration text
     // the graph's weight operands must carry the file's names (imatrix_load_options):
     // toy's packed matrices are multiplied by custom ops, and a fused Q|K|V has no name in the file
     if (!model.weights().packed.empty()) fail("imatrix: the model was loaded with packed matrices (load it without repacking)");

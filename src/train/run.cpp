@@ -228,6 +228,9 @@ RunResult run_training(RunSettings s, const RunIo &io) {
         if (resume.empty()) fail("--resume {}: the directory holds no checkpoint-<step>.gguf", dir);
     }
     if (!resume.empty()) s = RunSettings::from_json(checkpoint_settings(resume));
+    // what the end writes can be written (a missing directory found after the last step lost the run)
+    if (!io.output.empty()) check_writable(io.output);
+    if (!io.plot_svg.empty()) check_writable(io.plot_svg);
 
     // 2. The model, its tokenizer and the data.
     Trainable t = load_trainable(s, io.split);
