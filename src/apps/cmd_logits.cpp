@@ -24,6 +24,7 @@ void write_floats(const std::string &path, const std::vector<float> &v) {
 
 int run_logits(const LogitsOptions &o) {
     if (o.output.empty()) fail("-o: an output file is required");
+    check_writable(o.output);  // before the model loads and runs
     std::vector<int32_t> ids;
     if (o.dump_weight.empty()) {
         ids = parse_id_list(o.tokens, "--tokens");
