@@ -532,6 +532,16 @@ TEST(Cli, ReversePromptsNProbsContextShiftAndInteractive) {
                                           kStories + " -p '' -n 4 --temp 0 --interactive-first --json");
     ASSERT_EQ(first.code, 0) << first.err;
     EXPECT_EQ(nlohmann::json::parse(first.out)["tokens"].size(), 4u);
+    // --interactive-first needs no -p (it had said "no prompt"), also where the model adds no BOS (gpt2: an empty prompt)
+    for (const std::string &model : {kStories, toy::test::fixture_path("gpt2.f32.gguf")}) {
+        Result bare = toy::test::run_command("printf 'Once upon a time\\n' | " + toy::test::shell_quote(toy::test::toy_bin()) +
+                                             " run -m " + model + " -n 4 --temp 0 --interactive-first --json");
+        ASSERT_EQ(bare.code, 0) << bare.err;
+        const auto bj = nlohmann::json::parse(bare.out);
+        EXPECT_EQ(bj["tokens"].size(), 4u);
+        EXPECT_EQ(bj["text"].get<std::string>().rfind("Once upon a time\n", 0), 0u) << bj["text"];
+    }
+    expect_one_line_error(run_toy("run -m " + kStories + " -n 4"), "no prompt");
     expect_one_line_error(run_toy("run -m " + kStories + " --tokens 1,2 -i"), "interactive");
 }
 

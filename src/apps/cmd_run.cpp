@@ -86,7 +86,7 @@ private:
 };
 
 int run_generate(const RunOptions &o) {
-    o.input.check_one();
+    o.input.check_one(/*required=*/!o.interactive_first);  // --interactive-first may start from the user's line
     if (o.n_predict < -1) fail("-n: expected -1 (until end of text) or a count >= 0, found {}", o.n_predict);
     if (o.n_probs < 0) fail("--n-probs: expected a count >= 0 (0: none), found {}", o.n_probs);
     if (o.n_keep < -1) fail("--keep: expected -1 (the whole prompt) or a count >= 0, found {}", o.n_keep);
@@ -109,7 +109,7 @@ int run_generate(const RunOptions &o) {
     }
     const std::vector<int32_t> prompt =
         as_ids ? o.input.ids() : vocab->tokenize(o.input.text(), /*add_special=*/!o.no_bos, o.special);
-    if (prompt.empty()) fail("the prompt is empty: nothing to continue from");
+    if (prompt.empty() && !o.interactive_first) fail("the prompt is empty: nothing to continue from");
 
     Session session(*model, o.model.session_options());
     print_notes(session);
@@ -139,7 +139,7 @@ int run_generate(const RunOptions &o) {
     auto eval = [&](std::span<const int32_t> toks) { return context.eval(toks); };
 
     const auto t_prompt = Clock::now();
-    eval(prompt);
+    if (!prompt.empty()) eval(prompt);
     const double prompt_ms = ms_since(t_prompt);
 
     // The user's line (Enter included), for -i; false at the end of input.
@@ -166,6 +166,7 @@ int run_generate(const RunOptions &o) {
         if (waiting) {
             std::vector<int32_t> user;
             if (!read_user(user)) break;
+            if (user.empty() && context.tokens().empty()) continue;  // nothing to generate from yet
             for (int32_t t : user) sampler.accept(t);
             if (!user.empty() && !eval(user)) {
                 context_full = true;
@@ -224,7 +225,7 @@ int run_generate(const RunOptions &o) {
         if (unevaluated >= 0) held.clear();
         waiting = true;
     }
-    const double pp_tps = prompt.size() / (prompt_ms / 1000.0);
+    const double pp_tps = prompt.empty() ? 0.0 : prompt.size() / (prompt_ms / 1000.0);
     const double tg_tps = generated.empty() ? 0.0 : generated.size() / (gen_ms / 1000.0);
     if (o.json) {
         nlohmann::json j;
@@ -394,7 +395,7 @@ Command reg("run", "Generate text (or token ids) from a prompt", [](CLI::App &ap
                  "when the context is full, drop the older half of what follows --keep and go on");
     app.add_option("--keep", o->n_keep, "prompt tokens kept at the start on a context shift (-1: all)");
     app.add_flag("-i,--interactive", o->interactive, "after each generation, read a line and go on from it");
-    app.add_flag("--interactive-first", o->interactive_first, "read a line before generating (implies -i)");
+    app.add_flag("--interactive-first", o->interactive_first, "read a line before generating (implies -i; -p is then optional)");
     app.add_flag("--no-conversation")->description("toy run never converses (toy chat does); accepted for llama.cpp's -no-cnv");
     return [o] { return run_generate(*o); };
 });
