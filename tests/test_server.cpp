@@ -561,7 +561,8 @@ TEST(Server, TheServersSamplingFlagsAreTheDefaultsOfRequests) {
     EXPECT_EQ(own.logit_bias, (std::vector<std::pair<int32_t, float>>{{6, 1.0f}}));
     EXPECT_EQ(own.order, std::vector<text::Stage>{text::Stage::MinP});
     EXPECT_EQ(own.seed, 3u);
-    // a request's own temperature keeps OpenAI's range
+    // a request's own temperature keeps OpenAI's range; null is no value (the server's)
+    EXPECT_EQ(parse(R"({"prompt": "Once", "temperature": null})").temp, -1.0f);
     try {
         parse(R"({"prompt": "Once", "temperature": -1})");
         ADD_FAILURE() << "a negative temperature in a request was taken";

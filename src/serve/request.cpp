@@ -30,10 +30,11 @@ json parse_body(const std::string &body) {
 namespace {
 
 // OpenAI's {"token id": bias} or llama-server's [[id, bias], ...]; a bias of
-// false bans the token.
-std::vector<std::pair<int32_t, float>> logit_bias_of(const json &b, int32_t n_vocab) {
+// false bans the token. Without the field (or null), `fallback`.
+std::vector<std::pair<int32_t, float>> logit_bias_of(const json &b, int32_t n_vocab,
+                                                     const std::vector<std::pair<int32_t, float>> &fallback) {
     auto it = b.find("logit_bias");
-    if (it == b.end() || it->is_null()) return {};
+    if (it == b.end() || it->is_null()) return fallback;
     std::vector<std::pair<int32_t, float>> out;
     auto add = [&](const json &id, const json &bias) {
         int64_t token = -1;
@@ -72,7 +73,7 @@ std::vector<std::pair<int32_t, float>> logit_bias_of(const json &b, int32_t n_vo
 
 text::SamplerParams sampling_of(const json &b, int32_t n_vocab, const text::SamplerParams &defaults) {
     text::SamplerParams p = defaults;
-    if (auto it = b.find("logit_bias"); it != b.end() && !it->is_null()) p.logit_bias = logit_bias_of(b, n_vocab);
+    p.logit_bias = logit_bias_of(b, n_vocab, defaults.logit_bias);
     // llama-server's names where OpenAI has no field
     const std::pair<const char *, float *> numbers[] = {
         {"temperature", &p.temp},          {"top_p", &p.top_p},
@@ -118,8 +119,10 @@ text::SamplerParams sampling_of(const json &b, int32_t n_vocab, const text::Samp
         }
     }
     if (const int64_t seed = field<int64_t>(b, "seed", -1, "an integer"); seed >= 0) p.seed = (uint64_t)seed;
-    // (OpenAI's range; the server's --temp may be below 0: greedy, as in llama.cpp)
-    if (p.temp < 0 && b.contains("temperature")) throw ApiError{400, fmt::format("'temperature' must be >= 0, found {}", p.temp)};
+    // OpenAI's range for the request's own value (null is none); the server's --temp may be below 0: greedy, as in llama.cpp
+    if (p.temp < 0 && field<float>(b, "temperature", 0.0f, "a number") < 0) {
+        throw ApiError{400, fmt::format("'temperature' must be >= 0, found {}", p.temp)};
+    }
     try {
         text::check_params(p, text::ParamNames::fields);
     } catch (const Error &e) {
