@@ -529,14 +529,17 @@ constexpr int x4_offset(X4 t) {
 // The X4 types (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S): per unit the
 // exact sum of t[q] x input, times the unit's signed scale; per super-block
 // d (x4_d_factor) times the input's scale. IQ4_XS's table goes through
-// Q8_0's sign trick (pairs up to 2 x 127 x 127, widened at once: two sign
-// operations and two VPMADDWD per 8 products of a column); the others'
-// t[q] + offset (x4_offset) are unsigned bytes against the signed input,
-// offset x the input's sum of 32 taken back per unit: pairs of at most 2 x
-// 126 x 127 (offset 64), widened at once, or 2 x 31 x 127 (offset 16), four
-// added in int16 before one VPMADDWD. Against the sign trick, Llama-3.2-1B's
-// pp512 on this set (Zen 4 as an AVX2 CPU): IQ3_M 126 -> 187 t/s, IQ1_S 121
-// -> 187, IQ2_XXS 124 -> 158; decoding level (BENCHMARKS.md).
+// Q8_0's sign trick (pairs up to 2 x 127 x 127: two sign operations per 8
+// products of a column); the others' t[q] + offset (x4_offset) are unsigned
+// bytes against the signed input, offset x the input's sums of 32 taken back
+// once per super-block: pairs of at most 2 x 126 x 127 (offset 64), or 2 x
+// 31 x 127 (offset 16), four added in int16. The VPMADDWD that widens the
+// pairs takes the rows' scales (at most 31 or 32 in magnitude) where ones
+// would do: the sums come scaled, with no VPMULLD per unit and column
+// (IQ4_XS's 8-column prompt tile 63 -> 66 GMAC/s on Zen 4 as an AVX2 CPU).
+// Against the sign trick, Llama-3.2-1B's pp512 on this set: IQ3_M 126 ->
+// 187 t/s, IQ1_S 121 -> 187, IQ2_XXS 124 -> 158; decoding level
+// (BENCHMARKS.md).
 template <int C, bool kStream, X4 kType>
 void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, float *y, int64_t ldy) {
     if constexpr (C > 4) {
@@ -546,14 +549,16 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
     }
     constexpr int kOffset = x4_offset(kType);
     static constexpr std::array<uint8_t, 16> kTable = x4_table(kType, kOffset);
-    const __m256i table = table16(kTable), ones = _mm256_set1_epi16(1);
+    const __m256i table = table16(kTable);
     k_quant_blocks<C, kStream, kX4Block>(w, nb, xq, x_stride, y, ldy, [&](auto h, const uint8_t *wb, const uint8_t *const *xb) TOY_INLINE {
+        // the signed scales of unit j's 8 rows (this half's), a byte each
+        auto scales = [&](int j) TOY_INLINE { return _mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kX4Sc + 16 * j + 8 * h)); };
         __m256i tot[C];
         for (int c = 0; c < C; ++c) tot[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
             prefetch_part<kStream>(wb, kX4Block, 8 * h + j, 16);
-            __m256i s[C];
-            for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+            const __m128i sc8 = scales(j);
+            const __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sc8, sc8));  // in both int16 halves of a row's lane
             // the table's values of inputs 4K.. (wl) and 16 + 4K.. (wh)
             auto weights = [&](auto kk, __m256i &wl, __m256i &wh) TOY_INLINE {
                 __m256i lo, hi;
@@ -573,8 +578,8 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
                         const __m256i p = _mm256_add_epi16(
                             _mm256_add_epi16(_mm256_maddubs_epi16(al, bcast4(q)), _mm256_maddubs_epi16(ah, bcast4(q + 16))),
                             _mm256_add_epi16(_mm256_maddubs_epi16(bl, bcast4(q + 4)), _mm256_maddubs_epi16(bh, bcast4(q + 20))));
-                        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, ones));
-                        in_register(s[c]);
+                        tot[c] = _mm256_add_epi32(tot[c], _mm256_madd_epi16(p, sc));
+                        in_register(tot[c]);
                     }
                 };
                 two_steps(std::integral_constant<int, 0>{});
@@ -593,8 +598,9 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
                             xl = _mm256_sign_epi8(xl, wl);
                             xh = _mm256_sign_epi8(xh, wh);
                         }
-                        s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(dot4(ul, xl), dot4(uh, xh)));
-                        in_register(s[c]);
+                        tot[c] = _mm256_add_epi32(tot[c], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ul, xl), sc),
+                                                                           _mm256_madd_epi16(_mm256_maddubs_epi16(uh, xh), sc)));
+                        in_register(tot[c]);
                     }
                 };
                 step(std::integral_constant<int, 0>{});
@@ -602,14 +608,16 @@ void x4_tile(const uint8_t *w, int64_t nb, const uint8_t *xq, size_t x_stride, f
                 step(std::integral_constant<int, 2>{});
                 step(std::integral_constant<int, 3>{});
             }
-            const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb + kX4Sc + 16 * j + 8 * h)));
+        }
+        if constexpr (kOffset != 0) {
+            // sum t x = sum (t + offset) x - offset x the input's sum of 32, per unit and
+            // scaled: two units' scales per row against the input's two sums, in one VPMADDWD
+            __m256i pairs[4];
+            for (int p = 0; p < 4; ++p) pairs[p] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(2 * p), scales(2 * p + 1)));
             for (int c = 0; c < C; ++c) {
-                if constexpr (kOffset != 0) {  // sum t x = sum (t + offset) x - offset x the input's sum of 32
-                    int16_t sum32;
-                    std::memcpy(&sum32, xb[c] + kKSum32 + 2 * j, sizeof sum32);
-                    s[c] = _mm256_sub_epi32(s[c], _mm256_set1_epi32(kOffset * sum32));
-                }
-                tot[c] = _mm256_add_epi32(tot[c], _mm256_mullo_epi32(s[c], sc));
+                __m256i corr = _mm256_setzero_si256();
+                for (int p = 0; p < 4; ++p) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pairs[p], bcast4(xb[c] + kKSum32 + 4 * p)));
+                tot[c] = _mm256_sub_epi32(tot[c], _mm256_slli_epi32(corr, std::countr_zero(static_cast<unsigned>(kOffset))));
             }
         }
         const __m256 dw = _mm256_cvtph_ps(load128(wb + kX4D + 16 * h));
