@@ -4,7 +4,6 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "graph/packed_matmul.h"
-#include "quant/quantize.h"
 
 #include <fmt/format.h>
 
@@ -71,13 +70,15 @@ uint64_t data_offset_for(size_t key_bytes) { return (kHeaderBytes + key_bytes + 
 // A fingerprint of the packed layouts this build writes: small matrices of
 // every type the packed kernels take, packed, hashed. Any change to a layout
 // changes it, so a cache written by another build is never read as this one's.
+// The matrices are bytes of a fixed pseudo-random sequence, not quantized
+// values: the packers take any bytes (fuzz_gguf), and quantizing to the IQ2
+// and IQ1 types would first build ggml's grid tables, 17 s of CPU time at
+// every load with --pack-cache.
 uint64_t packed_layout_fingerprint() {
     static const uint64_t fingerprint = [] {
         // several super-blocks of 256 per row and groups of 16 rows, so a
         // change to how blocks or groups follow each other shows too
         constexpr int64_t n_in = 1024, n_out = 48;
-        std::vector<float> values(n_in * n_out);
-        for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * (float)i) * (1.0f + (float)(i % 7));
         uint64_t h = kFnv1aStart;
         const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL,
                                    GGML_TYPE_F16,  GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K, GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS,
@@ -86,7 +87,8 @@ uint64_t packed_layout_fingerprint() {
             const int64_t ne[2] = {n_in, n_out};
             if (!graph::packed_matmul_supports(type, ne, 2)) continue;
             std::vector<uint8_t> src(ggml_row_size(type, n_in) * n_out);
-            quant::quantize_rows(type, values.data(), src.data(), n_out, n_in);
+            uint32_t x = 12345;
+            for (uint8_t &b : src) b = (uint8_t)((x = x * 1664525u + 1013904223u) >> 24);
             std::vector<uint8_t> packed(graph::packed_size(type, n_in, n_out));
             graph::pack_matrix(type, src.data(), packed.data(), n_in, n_out);
             h = fnv1a(ggml_type_name(type), h);
