@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/ggml_log.h"
+#include "gguf/gguf_writer.h"
 #include "model/init.h"
 #include "train/trainable.h"
 
@@ -102,6 +103,23 @@ std::string tiny_model(const std::string &arch, bool f16) {
     init_model(o, path);
     made[key] = path;
     return path;
+}
+
+void write_split_pair(const std::string &model, const std::string &first, const std::string &second) {
+    auto f = gguf::File::open(model);
+    const size_t n = f->tensors().size(), cut = n > 3 ? n - 3 : 0;
+    for (uint32_t no = 0; no < 2; ++no) {
+        gguf::Writer w(f->alignment());
+        if (no == 0) w.copy_metadata(*f);
+        w.set("split.no", gguf::Value::u32(no));
+        w.set("split.count", gguf::Value::u32(2));
+        w.set("split.tensors.count", gguf::Value::i32((int32_t)n));
+        for (size_t k = no == 0 ? 0 : cut; k < (no == 0 ? cut : n); ++k) {
+            const gguf::TensorInfo &t = f->tensors()[k];
+            w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
+        }
+        w.write(no == 0 ? first : second);
+    }
 }
 
 std::unique_ptr<train::TrainableModel> tiny_trainable(const Model &base, int kind) {

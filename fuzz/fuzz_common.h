@@ -63,6 +63,10 @@ private:
 // the checkpoint and adapter targets load it as their base, make_seeds
 // writes their seeds from it. Returns its path.
 std::string tiny_model(const std::string &arch = "llama", bool f16 = false);
+// The model at `model` as a split of two files (llama.cpp's gguf-split
+// layout: the metadata and all but the last three tensors in `first`, those
+// three in `second`, split.no / split.count / split.tensors.count in each).
+void write_split_pair(const std::string &model, const std::string &first, const std::string &second);
 
 // The trainable models whose checkpoints and adapters make_seeds writes and
 // the checkpoint target loads into: 0 full fine-tune, 1 LoRA of rank 2 on

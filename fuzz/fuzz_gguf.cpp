@@ -3,6 +3,8 @@
 // mapping, and copied with use_mmap = false) answer any bytes with a model or
 // a toy::Error: every value the reader hands out can be printed, every
 // tensor's bytes lie inside the mapping, a bound model's weights can be read.
+// The input is the first of a split model's two files (its second beside
+// it), so inputs that say they are split are loaded with it.
 // Seeds: tiny models of every architecture (scripts/fuzz.sh, make_seeds).
 #include "fuzz_common.h"
 
@@ -11,6 +13,8 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "text/vocab.h"
+
+#include <filesystem>
 
 using namespace toy;
 
@@ -63,11 +67,18 @@ void load_model(const std::string &path, bool mmap, bool requantize) {
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     fuzz::quiet_ggml();
+    // the input is named as the first file of a split model of two, whose
+    // second file lies beside it (a tiny llama's last three tensors): an
+    // input that says it is split (the seed split-llama-00001-of-00002.gguf)
+    // is opened with it
+    const std::string first = fuzz::scratch_dir() + "/split-first.gguf";
+    fuzz::write_split_pair(fuzz::tiny_model("llama"), first, fuzz::scratch_dir() + "/input-00002-of-00002.gguf");
+    std::filesystem::remove(first);
     return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static fuzz::ScratchFile file("input.gguf");
+    static fuzz::ScratchFile file("input-00001-of-00002.gguf");
     const std::string &path = file.write(data, size);
 
     std::unique_ptr<gguf::File> f;
@@ -77,6 +88,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     inspect(*f);
+    try {
+        inspect(*gguf::File::open_model(path));  // with a split model's other file
+    } catch (const Error &) {
+    }
     bool config_ok = false;
     try {
         (void)Config::from_gguf(*f);

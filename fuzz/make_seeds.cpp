@@ -1,6 +1,7 @@
 // make_seeds OUT_DIR: the seeds no fixture holds as a small file, written
 // with toy's own code into OUT_DIR/<target>/:
-//   fuzz_gguf:       a tiny random model of every architecture (F32), an F16 llama, and
+//   fuzz_gguf:       a tiny random model of every architecture (F32), an F16 llama, the first
+//                    file of a tiny llama split in two (fuzz_gguf keeps the second), and
 //                    a llama of 256-wide rows in each type toy's CPU kernels pack from
 //                    super-blocks (Q4_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS,
 //                    IQ2_S (pure IQ2_M), IQ1_S, IQ1_M; the
@@ -45,6 +46,10 @@ int main(int argc, char **argv) {
         }
         fs::copy_file(fuzz::tiny_model("llama", true), out / "fuzz_gguf" / "tiny-llama.f16.gguf",
                       fs::copy_options::overwrite_existing);
+        // the first file of the split model whose second file fuzz_gguf keeps beside its input
+        const fs::path second = out / "split-second.gguf";
+        fuzz::write_split_pair(fuzz::tiny_model("llama"), (out / "fuzz_gguf" / "split-llama-00001-of-00002.gguf").string(), second.string());
+        fs::remove(second);
         // rows of 256 inputs (one super-block), 16 heads of 16, one KV head, the smallest
         // vocabulary the synthetic tokenizer takes: Q, K, V and O packable, files of 69-124 KB
         InitOptions wide = preset_options("custom", "llama");

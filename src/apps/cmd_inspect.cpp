@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -174,6 +175,11 @@ int run_json(const File &f, const Summary &s) {
     j["size"] = f.file_size();
     j["alignment"] = f.alignment();
     j["data_offset"] = f.data_offset();
+    if (f.n_files() > 1) {  // a split model: its files, the first above
+        json files = json::array();
+        for (size_t i = 0; i < f.n_files(); ++i) files.push_back({{"path", f.file(i).path()}, {"size", f.file(i).file_size()}});
+        j["split_files"] = files;
+    }
     j["n_kv"] = f.metadata().size();
     j["architecture"] = s.arch.empty() ? json(nullptr) : json(s.arch);
     const Value *name = f.find("general.name");
@@ -210,6 +216,7 @@ int run_json(const File &f, const Summary &s) {
         for (int d = 0; d < t.n_dims; ++d) shape.push_back(t.ne[d]);
         tensors.push_back({{"name", t.name}, {"type", ggml_type_name(t.type)}, {"shape", shape},
                            {"bytes", t.nbytes}, {"offset", t.offset}});
+        if (f.n_files() > 1) tensors.back()["file"] = t.file;  // split_files' index
     }
     j["n_tensors"] = f.tensors().size();
     j["tensors"] = tensors;
@@ -258,6 +265,15 @@ int run_text(const File &f, const Summary &s, bool list_tensors) {
     fmt::print("file:          {}\n", f.path());
     fmt::print("format:        GGUF v{}, {} bytes ({}), alignment {}, data at byte {}\n", f.version(), f.file_size(),
                human_bytes(f.file_size()), f.alignment(), f.data_offset());
+    if (f.n_files() > 1) {
+        uint64_t bytes = 0;
+        std::string names;
+        for (size_t i = 0; i < f.n_files(); ++i) {
+            bytes += f.file(i).file_size();
+            names += fmt::format("{}{}", i ? ", " : "", std::filesystem::path(f.file(i).path()).filename().string());
+        }
+        fmt::print("split:         {} files, {} bytes ({}) in all: {}\n", f.n_files(), bytes, human_bytes(bytes), names);
+    }
     fmt::print("contents:      {} key-values, {} tensors\n", f.metadata().size(), f.tensors().size());
     fmt::print("architecture:  {}\n", s.arch.empty() ? "(missing general.architecture)" : s.arch);
     if (const Value *name = f.find("general.name")) fmt::print("name:          {}\n", value_text(*name));
@@ -378,8 +394,8 @@ int run_diff(const File &a, const File &b, bool as_json) {
 }
 
 int run_inspect(const Options &opts) {
-    auto f = File::open(opts.path);
-    if (!opts.diff.empty()) return run_diff(*f, *File::open(opts.diff), opts.json);
+    auto f = File::open_model(opts.path);
+    if (!opts.diff.empty()) return run_diff(*f, *File::open_model(opts.diff), opts.json);
     Summary s = summarize(*f);
     return opts.json ? run_json(*f, s) : run_text(*f, s, opts.tensors);
 }

@@ -26,7 +26,7 @@ struct TokenizeOptions {
 };
 
 toy::text::Vocab open_vocab(const std::string &path) {
-    auto file = toy::gguf::File::open(path);
+    auto file = toy::gguf::File::open_model(path);
     toy::text::Vocab v = toy::text::Vocab::load(*file);
     toy::cli::print_notes(v);
     return v;

@@ -399,6 +399,70 @@ std::unique_ptr<File> File::open(const std::string &path) {
     return f;
 }
 
+std::unique_ptr<File> File::open_model(const std::string &path) {
+    std::unique_ptr<File> f = open(path);
+    f->open_parts();
+    return f;
+}
+
+void File::open_parts() {
+    // (split.count and split.no are u16 in llama.cpp, split.tensors.count i32)
+    const std::optional<int64_t> count = opt_int("split.count");
+    if (!count || *count == 1) return;
+    if (*count < 1 || *count > 65535) fail("{}: key 'split.count': expected 1 to 65535 files, found {}", path_, *count);
+    const int64_t no = get_int("split.no");
+    // llama.cpp's gguf-split names, numbered from 1: PREFIX-00002-of-00003.gguf
+    auto name_of = [&](const std::string &prefix, int64_t i) { return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, i + 1, *count); };
+    const std::string ending = name_of("", no);
+    const bool named = path_.size() > ending.size() && path_.ends_with(ending);
+    const std::string prefix = named ? path_.substr(0, path_.size() - ending.size()) : "";
+    if (no != 0) {
+        if (no < 0 || no >= *count) fail("{}: key 'split.no': expected 0 to {} (file 1 to {} of a split model), found {}", path_, *count - 1, *count, no);
+        fail("{}: file {} of a split model of {} files: open its first file{}", path_, no + 1, *count,
+             named ? ", " + name_of(prefix, 0) : " (split.no 0)");
+    }
+    if (!named) {
+        fail("{}: the first of a split model's {} files: expected a name ending in '{}' (as llama.cpp's gguf-split writes them), "
+             "by which the others are found", path_, *count, ending);
+    }
+    for (int64_t i = 1; i < *count; ++i) {
+        const std::string name = name_of(prefix, i);
+        std::unique_ptr<File> part;
+        try {
+            part = open(name);
+        } catch (const Error &e) {
+            fail("{}: file {} of this split model: {}", path_, i + 1, e.what());
+        }
+        const std::optional<int64_t> part_no = part->opt_int("split.no"), part_count = part->opt_int("split.count");
+        if (part_no != i || part_count != count) {
+            auto shown = [](const std::optional<int64_t> &v) { return v ? std::to_string(*v) : std::string("missing"); };
+            fail("{}: expected file {} of {} of the split model {} (split.no {}, split.count {}), found split.no {}, split.count {}",
+                 name, i + 1, *count, path_, i, *count, shown(part_no), shown(part_count));
+        }
+        for (TensorInfo t : part->tensors()) {
+            if (const TensorInfo *seen = find_tensor(t.name)) {
+                fail("{}: tensor '{}' is in two files of the split model: {} and {}", path_, t.name, file(seen->file).path(), name);
+            }
+            t.file = (uint32_t)i;
+            tensor_index_.emplace(t.name, tensors_.size());
+            tensors_.push_back(std::move(t));
+        }
+        parts_.push_back(std::move(part));
+    }
+    if (const std::optional<int64_t> n = opt_int("split.tensors.count"); n && *n != (int64_t)tensors_.size()) {
+        fail("{}: key 'split.tensors.count': the split model has {} tensors, its {} files hold {}", path_, *n, *count, tensors_.size());
+    }
+}
+
+size_t File::file_holding(const void *p) const {
+    const auto *at = static_cast<const uint8_t *>(p);
+    for (size_t i = 0; i < n_files(); ++i) {
+        const File &f = file(i);
+        if (at >= f.base_ && at < f.base_ + f.size_) return i;
+    }
+    fail("{}: an address outside the model's files (a bug)", path_);
+}
+
 File::~File() {
     if (base_) munmap(const_cast<uint8_t *>(base_), size_);
     if (fd_ >= 0) ::close(fd_);
@@ -633,9 +697,10 @@ void File::will_copy(const void *p, size_t n) const {
     // (SmolLM2-135M Q8_0, packed at load, right after `cat model.gguf`:
     // 268 -> 188 MB peak RSS for a one-token run; BENCHMARKS.md)
     constexpr uintptr_t kBlock = uintptr_t(2) << 20;
-    const auto base = reinterpret_cast<uintptr_t>(base_), at = reinterpret_cast<uintptr_t>(p);
+    const File &in = file(file_holding(p));
+    const auto base = reinterpret_cast<uintptr_t>(in.base_), at = reinterpret_cast<uintptr_t>(p);
     const uintptr_t lo = std::max(base, at / kBlock * kBlock);
-    const uintptr_t hi = std::min(base + size_, (at + n + kBlock - 1) / kBlock * kBlock);
+    const uintptr_t hi = std::min(base + in.size_, (at + n + kBlock - 1) / kBlock * kBlock);
     // advice only: a kernel without transparent huge pages refuses it, and maps small pages anyway
     if (hi > lo) madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_NOHUGEPAGE);
 }

@@ -74,8 +74,9 @@ struct TensorInfo {
     ggml_type type = GGML_TYPE_F32;
     int n_dims = 0;
     std::array<int64_t, 4> ne{1, 1, 1, 1};  // ggml order: ne[0] is the contiguous dimension
-    uint64_t offset = 0;                    // relative to the data section
+    uint64_t offset = 0;                    // relative to the data section (of its file)
     uint64_t nbytes = 0;
+    uint32_t file = 0;                      // the file of a split model that holds it (0: the first)
     int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
     std::string shape_string() const;       // "[576, 49152]"
 };
@@ -88,11 +89,24 @@ class File {
 public:
     // Maps and validates the file. Throws toy::Error.
     static std::unique_ptr<File> open(const std::string &path);
+    // A model: open()'s file, or when its metadata says it is the first of a
+    // split model (llama.cpp's gguf-split: split.count files named
+    // PREFIX-00001-of-0000N.gguf .. PREFIX-0000N-of-0000N.gguf, the metadata
+    // in the first, each with split.no), every one of its files, checked as
+    // llama.cpp checks them: one File with the first file's metadata and all
+    // their tensors (TensorInfo::file says whose).
+    static std::unique_ptr<File> open_model(const std::string &path);
     ~File();
     File(const File &) = delete;
     File &operator=(const File &) = delete;
 
     const std::string &path() const { return path_; }
+    // The files of a split model (n_files() > 1; file(0) is this one), each
+    // with its own tensors; a model in one file is its own file(0).
+    size_t n_files() const { return 1 + parts_.size(); }
+    const File &file(size_t i) const { return i == 0 ? *this : *parts_.at(i - 1); }
+    // The index of the file whose mapping holds p (a tensor's bytes).
+    size_t file_holding(const void *p) const;
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
     uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
@@ -136,11 +150,15 @@ public:
     const TensorInfo *find_tensor(std::string_view name) const;
     bool has_tensor(std::string_view name) const { return find_tensor(name) != nullptr; }
     const TensorInfo &tensor(std::string_view name) const;  // throws if absent
-    const void *tensor_data(const TensorInfo &t) const { return base_ + data_offset_ + t.offset; }
+    const void *tensor_data(const TensorInfo &t) const {
+        const File &in = file(t.file);
+        return in.base_ + in.data_offset_ + t.offset;
+    }
 
 private:
     File() = default;
     void parse();
+    void open_parts();  // open_model: the other files of a split model
     const Value &require(std::string_view key) const;
 
     std::string path_;
@@ -154,6 +172,7 @@ private:
     std::unordered_map<std::string, size_t> kv_index_;
     std::vector<TensorInfo> tensors_;
     std::unordered_map<std::string, size_t> tensor_index_;
+    std::vector<std::unique_ptr<File>> parts_;  // a split model's files after the first
 };
 
 // Bytes of a tensor of this type and shape, or an Error when the type id is

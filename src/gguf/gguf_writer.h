@@ -19,7 +19,8 @@ public:
 
     // Metadata in insertion order; setting a key again replaces its value.
     void set(const std::string &key, Value v);
-    // Copies every key of `src` except those for which `skip(key)` is true.
+    // Copies every key of `src` except those for which `skip(key)` is true
+    // and a split model's split.no, split.count and split.tensors.count.
     void copy_metadata(const File &src, const std::function<bool(const std::string &)> &skip = {});
 
     // A tensor from memory the caller keeps alive until write() returns.

@@ -749,7 +749,7 @@ namespace {
 InitOptions resolve_vocab(const InitOptions &in, std::unique_ptr<gguf::File> *donor) {
     InitOptions o = in;
     if (o.vocab_from.empty()) return o;
-    auto f = gguf::File::open(o.vocab_from);
+    auto f = gguf::File::open_model(o.vocab_from);
     if (!f->has("tokenizer.ggml.tokens")) fail("--vocab-from {}: the file has no tokenizer (tokenizer.ggml.tokens)", o.vocab_from);
     o.n_vocab = (int64_t)f->get_string_array("tokenizer.ggml.tokens").size();
     if (donor) *donor = std::move(f);

@@ -223,7 +223,9 @@ Model::~Model() {
     for (auto *b : device_bufs_) ggml_backend_buffer_free(b);
     if (packed_buf_) ggml_backend_buffer_free(packed_buf_);
     if (copy_buf_) ggml_backend_buffer_free(copy_buf_);
-    if (mmap_buf_) ggml_backend_buffer_free(mmap_buf_);
+    for (auto *b : mmap_bufs_) {
+        if (b) ggml_backend_buffer_free(b);
+    }
     if (ctx_) ggml_free(ctx_);
 }
 
@@ -260,7 +262,7 @@ void check_tensor_values(const gguf::File &f, int n_threads) {
 std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &opts) {
     route_ggml_logs();
     std::unique_ptr<Model> m(new Model());
-    m->file_ = gguf::File::open(path);
+    m->file_ = gguf::File::open_model(path);
     const gguf::File &f = *m->file_;
     if (opts.check_tensors) check_tensor_values(f);
     m->cfg_ = Config::from_gguf(f);
@@ -488,12 +490,18 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
     bool any_mapped = false;
     for (const Plan &p : plans) any_mapped |= p.zero_copy;
     if (any_mapped) {
-        m->mmap_buf_ = ggml_backend_cpu_buffer_from_ptr(const_cast<uint8_t *>(f.mapping()), f.file_size());
-        if (!m->mmap_buf_) fail("{}: could not wrap the file mapping in a ggml buffer", f.path());
-        ggml_backend_buffer_set_usage(m->mmap_buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        m->mmap_bufs_.assign(f.n_files(), nullptr);
         for (const Plan &p : plans) {
             if (!p.zero_copy) continue;
-            if (ggml_backend_tensor_alloc(m->mmap_buf_, p.t, const_cast<void *>(p.e->src.parts[0])) != GGML_STATUS_SUCCESS) {
+            const size_t i = f.file_holding(p.e->src.parts[0]);
+            ggml_backend_buffer_t &buf = m->mmap_bufs_[i];
+            if (!buf) {  // the first tensor in place in this file
+                const gguf::File &in = f.file(i);
+                buf = ggml_backend_cpu_buffer_from_ptr(const_cast<uint8_t *>(in.mapping()), in.file_size());
+                if (!buf) fail("{}: could not wrap the file mapping in a ggml buffer", in.path());
+                ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+            }
+            if (ggml_backend_tensor_alloc(buf, p.t, const_cast<void *>(p.e->src.parts[0])) != GGML_STATUS_SUCCESS) {
                 fail("{}: could not bind tensor '{}' in place", f.path(), p.e->name);
             }
         }
@@ -547,7 +555,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
         packed_size += GGML_PAD(graph::packed_size(p.t->type, p.t->ne[0], p.t->ne[1]), kPackedAlign);
     }
     std::optional<PackCache> cache;
-    if (packed_size > 0 && !opts.pack_cache_dir.empty()) cache.emplace(opts.pack_cache_dir, f.path(), packed_tensors, packed_size);
+    if (packed_size > 0 && !opts.pack_cache_dir.empty()) {
+        std::vector<std::string> paths;
+        for (size_t i = 0; i < f.n_files(); ++i) paths.push_back(f.file(i).path());
+        cache.emplace(opts.pack_cache_dir, paths, packed_tensors, packed_size);
+    }
     // (the page cache's huge folios are not fresh memory at every load, so
     // no probe: only --hugepages off keeps them small)
     if (cache && opts.use_mmap && (m->packed_map_ = cache->map(opts.huge_pages != HugePages::Off))) {
@@ -692,12 +704,12 @@ size_t Model::copied_bytes() const {
 
 std::vector<std::pair<std::string, size_t>> Model::placement() const {
     std::vector<std::pair<std::string, size_t>> out;
-    if (mmap_buf_) {
-        size_t n = 0;
-        for (ggml_tensor *t = ggml_get_first_tensor(ctx_); t; t = ggml_get_next_tensor(ctx_, t)) {
-            if (t->buffer == mmap_buf_) n += ggml_nbytes(t);
-        }
-        out.emplace_back(ggml_backend_buffer_name(mmap_buf_), n);
+    size_t mapped = 0;
+    for (ggml_tensor *t = ggml_get_first_tensor(ctx_); t; t = ggml_get_next_tensor(ctx_, t)) {
+        if (t->buffer && std::find(mmap_bufs_.begin(), mmap_bufs_.end(), t->buffer) != mmap_bufs_.end()) mapped += ggml_nbytes(t);
+    }
+    if (const auto used = std::find_if(mmap_bufs_.begin(), mmap_bufs_.end(), [](auto *b) { return b != nullptr; }); used != mmap_bufs_.end()) {
+        out.emplace_back(ggml_backend_buffer_name(*used), mapped);
     }
     for (auto *b : extra_bufs_) out.emplace_back(ggml_backend_buffer_name(b), ggml_backend_buffer_get_size(b));
     for (auto *b : device_bufs_) out.emplace_back(ggml_backend_buffer_name(b), ggml_backend_buffer_get_size(b));

@@ -153,7 +153,7 @@ private:
     Config cfg_;
     Weights w_;
     ggml_context *ctx_ = nullptr;                   // tensor metadata (no data)
-    ggml_backend_buffer_t mmap_buf_ = nullptr;      // wraps the file mapping
+    std::vector<ggml_backend_buffer_t> mmap_bufs_;  // wrap the file's mapping (a split model's: one per file; null: unused)
     ggml_backend_buffer_t copy_buf_ = nullptr;      // copied / transformed tensors
     std::vector<ggml_backend_buffer_t> extra_bufs_; // matrices in the CPU's AMX / repack layouts
     std::vector<ggml_backend_buffer_t> device_bufs_; // blocks split to other devices, one buffer each

@@ -103,23 +103,27 @@ uint64_t packed_layout_fingerprint() {
 
 PackCache::Mapping::~Mapping() { ::munmap(base_, length_); }
 
-PackCache::PackCache(const std::string &dir, const std::string &model_path, const std::vector<Tensor> &tensors, size_t bytes)
+PackCache::PackCache(const std::string &dir, const std::vector<std::string> &model_paths, const std::vector<Tensor> &tensors,
+                     size_t bytes)
     : dir_(dir), bytes_(bytes) {
-    struct stat st {};
-    if (::stat(model_path.c_str(), &st) != 0) fail("{}: cannot stat the model file: {}", model_path, std::strerror(errno));
-    std::error_code ec;
-    const std::string canonical = std::filesystem::canonical(model_path, ec).string();
+    std::string where, files;  // the canonical paths; each file's path and identity
+    for (const std::string &model_path : model_paths) {
+        struct stat st {};
+        if (::stat(model_path.c_str(), &st) != 0) fail("{}: cannot stat the model file: {}", model_path, std::strerror(errno));
+        std::error_code ec;
+        const std::string canonical = std::filesystem::canonical(model_path, ec).string();
+        where += (where.empty() ? "" : "\n") + (ec ? model_path : canonical);
+        files += fmt::format("{}\nfile size {} mtime {}.{:09} device {} inode {}\n", ec ? model_path : canonical, (uint64_t)st.st_size,
+                             (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec, (uint64_t)st.st_dev, (uint64_t)st.st_ino);
+    }
     std::string tensor_lines;
     for (const Tensor &t : tensors) {
         tensor_lines += fmt::format("{} {} {} {} {}\n", t.name, ggml_type_name(t.type), t.n_in, t.n_out, t.offset);
     }
-    const std::string where = ec ? model_path : canonical;
-    key_ = fmt::format("{}{}\nfile size {} mtime {}.{:09} device {} inode {}\nlayouts {:016x}\nbytes {}\n{}",
-                       kKeyLead, where, (uint64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec,
-                       (uint64_t)st.st_dev, (uint64_t)st.st_ino, packed_layout_fingerprint(), bytes, tensor_lines);
+    key_ = fmt::format("{}{}layouts {:016x}\nbytes {}\n{}", kKeyLead, files, packed_layout_fingerprint(), bytes, tensor_lines);
     // the name leaves out what changes when the model file is rewritten, so
     // a new version replaces the old entry
-    const std::string stem = std::filesystem::path(model_path).stem().string();
+    const std::string stem = std::filesystem::path(model_paths.at(0)).stem().string();
     path_ = (std::filesystem::path(dir) / fmt::format("{}.{:016x}.toypack", stem, fnv1a(where + "\n" + tensor_lines))).string();
 }
 

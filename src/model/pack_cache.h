@@ -12,7 +12,7 @@
 //
 // A cache file serves only the load it was made for: its header holds a
 // description of the model file (canonical path, size, modification time,
-// device and inode), of every packed tensor (name, type, shape, offset) and a
+// device and inode; each file of a split model), of every packed tensor (name, type, shape, offset) and a
 // fingerprint of the packed layouts themselves (small matrices of each type
 // packed by this build), and a load uses the file only when that description
 // is byte for byte its own and the file has exactly the expected size.
@@ -57,10 +57,10 @@ public:
         size_t length_, data_offset_;
     };
 
-    // The entry for these packed tensors (`bytes` in all) of the model file
-    // at `model_path`, in directory `dir`; throws toy::Error when the model
-    // file cannot be described (stat).
-    PackCache(const std::string &dir, const std::string &model_path, const std::vector<Tensor> &tensors, size_t bytes);
+    // The entry for these packed tensors (`bytes` in all) of the model in
+    // the files at `model_paths` (one, or a split model's), in directory
+    // `dir`; throws toy::Error when a model file cannot be described (stat).
+    PackCache(const std::string &dir, const std::vector<std::string> &model_paths, const std::vector<Tensor> &tensors, size_t bytes);
 
     const std::string &path() const { return path_; }
     // The packed bytes mapped, or null on a miss; with huge_pages, the page

@@ -166,7 +166,7 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
     if (!o.include_weights.empty() && !o.exclude_weights.empty()) {
         fail("--include-weights and --exclude-weights: expected one of them, found both");
     }
-    auto file = gguf::File::open(in);
+    auto file = gguf::File::open_model(in);
     const gguf::File &f = *file;
     QuantizeResult res;
     res.type = qt.name;
@@ -283,7 +283,7 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
 
     // ---- metadata: the input's, with the new file type and where the importance came from
     gguf::Writer w(f.alignment());
-    w.copy_metadata(f, [](const std::string &k) { return k == "split.no" || k == "split.count" || k == "split.tensors.count"; });
+    w.copy_metadata(f);  // (a split input's split.* keys stay behind: the output is one file)
     w.set("general.quantization_version", gguf::Value::u32(GGML_QNT_VERSION));
     res.file_type = qt.copy ? file_type_of(f, order) : (int)qt.ftype;
     w.set("general.file_type", gguf::Value::u32((uint32_t)res.file_type));
@@ -329,7 +329,7 @@ QuantizeResult quantize_model(const std::string &in, const std::string &out, con
 
 Imatrix uniform_imatrix(const std::string &path) {
     Imatrix m;
-    const auto file = gguf::File::open(path);
+    const auto file = gguf::File::open_model(path);
     for (const auto &t : file->tensors()) {
         if (t.n_dims != 2) continue;
         Imatrix::Entry &e = m.entries[t.name];
