@@ -5,6 +5,7 @@
 // that does not add up.
 #include "core/error.h"
 #include "gguf/gguf_writer.h"
+#include "model/export.h"
 #include "model/model.h"
 #include "quant/quantize.h"
 #include "runtime/session.h"
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 
@@ -149,7 +151,7 @@ TEST(GgufSplit, SplitsThatDoNotAddUpAreOneLineErrors) {
 }
 
 // A split model's split.* keys describe its files: what toy writes from one
-// (quantize, here) is one file without them, which loads as a whole model.
+// (quantize, export) is one file without them, which loads as a whole model.
 TEST(GgufSplit, WhatIsWrittenFromASplitModelIsOneFile) {
     test::TempDir dir;
     const std::string whole = test::fixture_path("llama-256.f32.gguf");
@@ -164,6 +166,18 @@ TEST(GgufSplit, WhatIsWrittenFromASplitModelIsOneFile) {
     EXPECT_FALSE(f->has("split.tensors.count"));
     EXPECT_EQ(f->tensors().size(), gguf::File::open(whole)->tensors().size());
     EXPECT_EQ(Model::load(out)->file().n_files(), 1u);
+
+    // export with nothing to merge joins the files: the whole model's tensors, byte for byte
+    const std::string joined = dir.file("joined.gguf");
+    export_model(*Model::load(first), LoraSet{}, joined, ExportOptions{});
+    auto a = gguf::File::open(joined), b = gguf::File::open(whole);
+    EXPECT_FALSE(a->has("split.count"));
+    ASSERT_EQ(a->tensors().size(), b->tensors().size());
+    for (const gguf::TensorInfo &t : b->tensors()) {
+        const gguf::TensorInfo &u = a->tensor(t.name);
+        ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
+        EXPECT_EQ(std::memcmp(a->tensor_data(u), b->tensor_data(t), t.nbytes), 0) << t.name;
+    }
 }
 
 // --pack-cache describes every file of a split model: a rewritten last file
