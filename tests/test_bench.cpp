@@ -144,6 +144,20 @@ TEST(Bench, RooflineJson) {
     EXPECT_GT(j[0]["weights_bandwidth_gbs"].get<double>(), 0.0);
     EXPECT_NEAR(j[0]["weights_ceiling_ts"].get<double>() * j[0]["bytes_per_token"].get<double>(),
                 j[0]["weights_bandwidth_gbs"].get<double>() * 1e9, 1e-6 * j[0]["weights_bandwidth_gbs"].get<double>() * 1e9);
+
+    // each run between two reads of the weights: those whose reads agree within 10% are counted
+    r = run_toy("bench -m " + shell_quote(kTied) + " --roofline --roofline-mib 64 -n 4 -r 3 -t 1 --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    if (j[0].contains("paired_steady_runs")) {  // (a busy machine may leave none)
+        EXPECT_GE(j[0]["paired_steady_runs"].get<int>(), 1);
+        EXPECT_LE(j[0]["paired_steady_runs"].get<int>(), 3);
+        EXPECT_GT(j[0]["paired_fraction"].get<double>(), 0.0);
+    }
+    r = run_toy("bench -m " + shell_quote(kTied) + " --roofline --roofline-mib 64 -n 4 -r 3 -t 1");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("tg4: each run between two reads of the weights ("), std::string::npos) << r.out;
 }
 
 // The weights' probe reads what a decode step reads of them, in whole 256-byte

@@ -16,7 +16,10 @@
 //
 // --roofline adds a memory-bandwidth probe and, with -m, the decode ceiling:
 // bandwidth / bytes read per generated token (runtime/bandwidth.h), from a
-// fresh buffer and from the model's own weights where they lie.
+// fresh buffer and from the model's own weights where they lie. A tg test's
+// runs are also paired with a read of the weights right before and after
+// each: where the memory's speed moves by the minute (a shared VM), the runs
+// whose two reads agree say how close decoding comes to the speed it had.
 #include "apps/cli.h"
 #include "apps/session_options.h"
 #include "core/error.h"
@@ -35,6 +38,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -80,6 +84,7 @@ struct TestResult {
     Session::GraphWork graph;                 // the last graph the test evaluated (tg: one decode step)
     double ceiling_ts = 0.0;
     double weights_ceiling_ts = 0.0;  // the same from the model's own weights' bandwidth
+    std::vector<double> reads_gbs;    // tg under --roofline: the weights read before each run and after the last (GB/s)
 
     std::string name() const {
         const std::string depth = n_depth > 0 ? fmt::format(" @ d{}", n_depth) : "";
@@ -200,6 +205,41 @@ std::vector<Instance> instances(const BenchOptions &o) {
     return out;
 }
 
+// A tg test's runs against the reads of the weights around each (--roofline):
+// a run is steady when the reads before and after it agree within 10%; its
+// fraction is the run's bytes per second over their mean.
+struct PairedRuns {
+    std::vector<double> fractions;  // of the steady runs
+    std::vector<double> reads;      // their reads' mean, GB/s
+};
+
+PairedRuns paired_runs(const TestResult &r) {
+    PairedRuns p;
+    if (!r.decode_bytes || r.reads_gbs.size() != r.samples_ts.size() + 1) return p;
+    for (size_t i = 0; i < r.samples_ts.size(); ++i) {
+        const double a = r.reads_gbs[i], b = r.reads_gbs[i + 1];
+        if (std::min(a, b) < 0.9 * std::max(a, b)) continue;
+        p.reads.push_back((a + b) / 2);
+        p.fractions.push_back(r.samples_ts[i] * (double)r.decode_bytes->total() / (1e9 * p.reads.back()));
+    }
+    return p;
+}
+
+void print_paired_runs(const TestResult &r) {
+    if (r.reads_gbs.empty()) return;
+    const PairedRuns p = paired_runs(r);
+    std::printf("%s: each run between two reads of the weights (%.1f-%.1f GB/s): ", r.name().c_str(),
+                *std::min_element(r.reads_gbs.begin(), r.reads_gbs.end()), *std::max_element(r.reads_gbs.begin(), r.reads_gbs.end()));
+    if (p.fractions.empty()) {
+        std::printf("none of the %zu runs had reads within 10%% of each other\n", r.samples_ts.size());
+        return;
+    }
+    std::string runs;
+    for (size_t i = 0; i < p.fractions.size(); ++i) runs += fmt::format("{}{:.1f}% of {:.1f}", i ? ", " : "", 100.0 * p.fractions[i], p.reads[i]);
+    std::printf("%zu of %zu runs steady, their bytes per second %s GB/s read around them (mean %.1f%%)\n", p.fractions.size(),
+                r.samples_ts.size(), runs.c_str(), 100.0 * mean(p.fractions));
+}
+
 class Runner {
 public:
     Runner(const Model &model, const BenchOptions &o, std::mt19937 &rng) : model_(model), o_(o), rng_(rng) {
@@ -209,6 +249,9 @@ public:
     // set when the first eval of the process ends (llama.cpp's "load time"
     // definition: model load start to the end of the first eval)
     std::optional<Clock::time_point> first_eval_end;
+
+    // Called before each timed run of a test and after its last (null: never).
+    std::function<void(TestResult &)> around_runs;
 
     TestResult run(const Instance &inst, int n_prompt, int n_gen, int n_depth) {
         TestResult r;
@@ -235,6 +278,7 @@ public:
         for (int rep = 0; rep < o_.reps; ++rep) {
             s.reset();
             if (n_depth > 0) prompt(s, n_depth);  // the context the test starts from, not timed
+            if (around_runs) around_runs(r);
             auto t0 = Clock::now();
             if (n_prompt > 0) prompt(s, n_prompt);
             if (n_gen > 0) generate(s, n_gen);
@@ -243,6 +287,7 @@ public:
             r.samples_ns.push_back(ns);
             r.samples_ts.push_back(1e9 * (n_prompt + n_gen) / (double)ns);
         }
+        if (around_runs && o_.reps > 0) around_runs(r);
         r.graph = s.graph_work();
         return r;
     }
@@ -456,6 +501,11 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
 
     std::mt19937 rng(o.seed);
     Runner runner(*model, o, rng);
+    if (o.roofline) {
+        runner.around_runs = [&](TestResult &r) {
+            if (r.n_prompt == 0 && r.n_gen > 0) r.reads_gbs.push_back(measure_weight_bandwidth(*model, n_threads, 1).gb_per_s);
+        };
+    }
     Printer printer(o, info, insts);
     // rows go out as they finish, except under --roofline, whose ceilings
     // come from the bandwidth probe after the tests
@@ -519,6 +569,10 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                     extra["weights_ceiling_ts"] = r.weights_ceiling_ts;
                     extra["weights_ceiling_fraction"] = mean(r.samples_ts) / r.weights_ceiling_ts;
                 }
+                if (const PairedRuns p = paired_runs(r); !p.fractions.empty()) {
+                    extra["paired_steady_runs"] = p.fractions.size();
+                    extra["paired_fraction"] = mean(p.fractions);
+                }
             }
             printer.row(r, extra);
         }
@@ -557,6 +611,7 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
                 if (!r.decode_bytes) continue;
                 std::printf("%s: ceiling from them %.2f t/s; measured = %.1f%% of it\n", r.name().c_str(),
                             r.weights_ceiling_ts, 100.0 * mean(r.samples_ts) / r.weights_ceiling_ts);
+                print_paired_runs(r);
             }
         }
     }
@@ -586,8 +641,8 @@ Command reg("bench", "Measure prompt (pp) and generation (tg) speed like llama-b
                 app.add_option("-o,--output", o->output, "output format: md, csv, json or jsonl (llama-bench's fields)");
                 app.add_flag("--no-warmup", o->no_warmup, "skip the warmup run before each test");
                 app.add_flag("--roofline", o->roofline,
-                             "measure memory read bandwidth; with -m also the tg ceiling, from a fresh buffer and from the model's own weights "
-                             "(pp only with an explicit -p)");
+                             "measure memory read bandwidth; with -m also the tg ceiling, from a fresh buffer and from the model's own weights, "
+                             "and each tg run against a read of the weights right before and after it (pp only with an explicit -p)");
                 app.add_option("--roofline-mib", o->roofline_mib,
                                "bandwidth probe buffer in MiB (0: max(1 GiB, 4 x L3), at most a quarter of memory)");
                 app.add_option("-s,--seed", o->seed, "seed of the random tokens");
