@@ -162,6 +162,23 @@ TEST(Cli, NumericFlagValuesAreReadAsWritten) {
     EXPECT_EQ(seed("--seed 007"), 7u);
 }
 
+// A flag of one value given again takes the last value, as in llama.cpp's
+// tools (CLI11 refused it: "At Most 1 required but received 2"); a flag of
+// several values keeps each.
+TEST(Cli, AFlagGivenAgainTakesItsLastValue) {
+    const std::string run = "run -m " + kStories + " -p 'Once upon a time' --json ";
+    const auto greedy = nlohmann::json::parse(run_toy(run + "-n 6 --temp 0").out)["tokens"];
+    const auto again = nlohmann::json::parse(run_toy(run + "-m " + kStories + " -n 3 -n 6 --temp 0.9 --temp 0").out)["tokens"];
+    EXPECT_EQ(again, greedy);
+    expect_one_line_error(run_toy(run + "-n 4 -n -7"), "-n: expected -1 (until end of text) or a count >= 0, found -7");
+    // both stop strings count: the text stops at the first of either
+    const auto text = [&](const std::string &flags) {
+        return nlohmann::json::parse(run_toy(run + "-n 40 --temp 0 " + flags).out)["text"].get<std::string>();
+    };
+    EXPECT_EQ(text("-r girl -r xyz"), text("-r girl"));
+    EXPECT_EQ(text("-r xyz -r girl"), text("-r girl"));
+}
+
 // More threads than ggml's CPU pool holds (512) crashed `toy run` (SIGSEGV
 // at -t 100000); every command that takes a thread count says so instead,
 // before it reads or writes anything.

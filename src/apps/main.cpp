@@ -115,6 +115,18 @@ std::vector<std::string> normalize_args(int argc, char **argv, CLI::App &app) {
     return args;
 }
 
+// A flag of one value given again takes the last value, as llama.cpp's tools
+// do (a script's defaults, then the user's own), where CLI11 would refuse
+// it. Flags of several values (--lora, -r, ...) keep every one.
+void last_value_wins(CLI::App &app) {
+    for (CLI::Option *opt : app.get_options()) {
+        if (opt->get_items_expected_max() == 1 && opt->get_multi_option_policy() == CLI::MultiOptionPolicy::Throw) {
+            opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        }
+    }
+    for (CLI::App *sub : app.get_subcommands({})) last_value_wins(*sub);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -135,6 +147,7 @@ int main(int argc, char **argv) {
         handlers[sub] = c.setup(*sub);
     }
     toy::cli::check_numeric_flags(app);
+    last_value_wins(app);
     ggml_set_abort_callback(on_ggml_abort);
     toy::backend_start_notes();  // held: said by `toy devices` and -ngl's error, not at every exit
     try {
