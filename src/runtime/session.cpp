@@ -96,7 +96,7 @@ void Session::decode(const Batch &b) {
     if (n > n_ctx_ - kv_->n_used()) {
         fail("context overflow: {} tokens, {} of the context's {} cells free (raise -c)", n, n_ctx_ - kv_->n_used(), n_ctx_);
     }
-    const int64_t nv = n_vocab();
+    const int64_t nv = n_row();
     logits_.assign((size_t)b.n_outputs() * nv, 0.0f);
     float *out = logits_.data();
     for (int64_t start = 0; start < n; start += n_ubatch_) {
@@ -121,6 +121,7 @@ void Session::build_graph(int64_t n_tokens, int64_t n_kv, int64_t n_outputs) {
     p.flash_attn = flash_attn_;
     p.kv = &kv_->binding();
     p.adapters = opts_.adapters;
+    p.logits = !opts_.embeddings;
     g_ = graph::build_forward(graph_ctx_, gf_, model_, p);
     inputs_.place(engine_->buffer_type(), g_.inputs());
     engine_->place_ops(sched_, gf_);
@@ -165,7 +166,7 @@ void Session::decode_ubatch(const Batch &ub, float *out) {
     trace_.graph++;
     RemoteWait wait("computing a batch");
     if (ggml_backend_sched_graph_compute(sched_, gf_) != GGML_STATUS_SUCCESS) fail("graph computation failed");
-    if (!discard) ggml_backend_tensor_get(g_.logits, out, 0, (size_t)n_out * n_vocab() * sizeof(float));
+    if (!discard) ggml_backend_tensor_get(opts_.embeddings ? g_.hidden : g_.logits, out, 0, (size_t)n_out * n_row() * sizeof(float));
 }
 
 Session::GraphWork Session::graph_work() const {

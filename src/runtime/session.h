@@ -43,6 +43,9 @@ struct SessionOptions {
     ggml_backend_sched_eval_callback eval_callback = nullptr;
     void *eval_callback_data = nullptr;
     const graph::Adapters *adapters = nullptr;  // LoRA terms applied in every graph (kept alive by the caller)
+    // The output rows are the final norm's hidden states (n_embd each, what
+    // llama.cpp pools into embeddings), not logits: no output head is run.
+    bool embeddings = false;
 };
 
 struct KvStats {
@@ -70,10 +73,12 @@ public:
     // range or the cache has too few free cells.
     void decode(const Batch &b);
 
-    // Logits of the last eval/decode: rows x n_vocab (one row unless all_logits).
+    // Logits of the last eval/decode: rows x n_vocab (one row unless all_logits);
+    // with SessionOptions::embeddings the hidden states, rows x n_embd.
     const std::vector<float> &logits() const { return logits_; }
     const float *last_logits() const { return logits_.data() + logits_.size() - n_vocab(); }
     int64_t n_vocab() const { return model_.config().n_vocab; }
+    int64_t n_row() const { return opts_.embeddings ? model_.config().n_embd : n_vocab(); }  // floats per output row
 
     int64_t n_past() const { return kv_->pos_max(0) + 1; }  // sequence 0's next position
     int64_t n_ctx() const { return n_ctx_; }
