@@ -1,7 +1,8 @@
 // fuzz_request: the server's completion request parser (serve/request.h) as
 // toy serve runs it on every POST body of /v1/completions and
-// /v1/chat/completions. Input: byte 0 picks the endpoint (bit 0: chat) and
-// the model's vocabulary (bit 1), the rest is the body. A body either parses
+// /v1/chat/completions, and the embeddings parser of /v1/embeddings. Input:
+// byte 0 picks the endpoint (bit 0: chat; bit 2: embeddings) and the
+// model's vocabulary (bit 1), the rest is the body. A body either parses
 // or is an ApiError with a 4xx status and a message (a toy::Error is a bug:
 // the server would answer 400 with an internal message, so it is a finding
 // too); what parses must be a request the scheduler can run: prompt ids in
@@ -51,6 +52,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const bool chat = opts & 1;
     const text::Vocab &vocab = *g_vocabs[(opts >> 1) & 1];
     const std::string body(in.rest());
+    if (opts & 4) {  // /v1/embeddings
+        try {
+            const serve::EmbeddingsRequest e = serve::parse_embeddings(body, vocab, 64);
+            if (e.inputs.empty() || e.inputs.size() > 2048) finding("an embeddings request of no or too many inputs");
+            for (const auto &t : e.inputs) {
+                if (t.empty()) finding("an empty embeddings input");
+                for (int32_t id : t) {
+                    if (id < 0 || id >= vocab.n_tokens()) finding("an embeddings token outside the vocabulary");
+                }
+            }
+        } catch (const serve::ApiError &e) {
+            if (e.status < 400 || e.status >= 500 || e.message.empty()) finding("an ApiError that is not a 4xx with a message");
+        }
+        return 0;
+    }
     serve::CompletionRequest r;
     try {
         r = serve::parse_completion(body, chat, vocab, *g_template);

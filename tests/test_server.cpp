@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 using namespace toy;
@@ -575,4 +576,81 @@ TEST(Server, TheServersSamplingFlagsAreTheDefaultsOfRequests) {
                           " --port 0 --top-p 2");
     EXPECT_EQ(bad.code, 1);
     EXPECT_NE(bad.err.find("--top-p: expected a number from 0 to 1 (1: off), found 2"), std::string::npos) << bad.err;
+}
+
+// /v1/embeddings: OpenAI's shape, the same vectors as toy embed (the model's
+// pooling, Euclidean-normalized), base64 as float32 little-endian bytes,
+// token-id inputs, errors, and a completion served alongside.
+TEST(Server, EmbeddingsAreOpenAisShapeAndToyEmbedsValues) {
+    Server s;
+    const httplib::Client &c = s.client();
+    int status = 0;
+    const json r = post(c, "/v1/embeddings", R"({"input": ["Once upon a time", "The cat sat."], "model": "x"})", &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["object"], "list");
+    EXPECT_EQ(r["model"], "stories");
+    ASSERT_EQ(r["data"].size(), 2u);
+    // the same as toy embed's (the model has no pooling_type: mean)
+    const auto cli = test::run_toy("embed -m " + test::shell_quote(test::shared_path("models/stories260K.gguf")) +
+                                   " -p 'Once upon a time\\nThe cat sat.' --json");  // (-p's escapes: two texts)
+    ASSERT_EQ(cli.code, 0) << cli.err;
+    const json want = json::parse(cli.out)["data"];
+    size_t n_tokens = 0;
+    for (size_t k = 0; k < 2; ++k) {
+        EXPECT_EQ(r["data"][k]["index"], k);
+        EXPECT_EQ(r["data"][k]["object"], "embedding");
+        const std::vector<float> a = r["data"][k]["embedding"], b = want[k]["embedding"];
+        ASSERT_EQ(a.size(), (size_t)s.model->config().n_embd);
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6) << k << " " << i;
+        n_tokens += s.vocab.tokenize(k == 0 ? "Once upon a time" : "The cat sat.", true, true).size();
+    }
+    EXPECT_EQ(r["usage"]["prompt_tokens"], n_tokens);
+    // base64: the same floats
+    const json b64 = post(c, "/v1/embeddings", R"({"input": "Once upon a time", "encoding_format": "base64"})", &status);
+    ASSERT_EQ(status, 200) << b64.dump();
+    const std::string text = b64["data"][0]["embedding"];
+    std::string bytes;
+    const std::string digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i + 3 < text.size() + 0; i += 4) {
+        uint32_t v = 0;
+        int pad = 0;
+        for (int j = 0; j < 4; ++j) {
+            const char ch = text[i + j];
+            v = v << 6 | (ch == '=' ? (++pad, 0u) : (uint32_t)digits.find(ch));
+        }
+        bytes += (char)(v >> 16);
+        if (pad < 2) bytes += (char)(v >> 8);
+        if (pad < 1) bytes += (char)v;
+    }
+    ASSERT_EQ(bytes.size(), 4 * r["data"][0]["embedding"].size());
+    for (size_t i = 0; i < bytes.size() / 4; ++i) {
+        float f;
+        std::memcpy(&f, bytes.data() + 4 * i, 4);
+        EXPECT_EQ(f, r["data"][0]["embedding"][i].get<float>()) << i;
+    }
+    // token ids, as one input or several
+    const json ids = post(c, "/tokenize", R"({"content": "Once upon a time", "add_special": true})")["tokens"];
+    const json by_ids = post(c, "/v1/embeddings", json{{"input", ids}}.dump(), &status);
+    ASSERT_EQ(status, 200) << by_ids.dump();
+    EXPECT_EQ(by_ids["data"][0]["embedding"], r["data"][0]["embedding"]);
+    EXPECT_EQ(post(c, "/v1/embeddings", json{{"input", json::array({ids, ids})}}.dump(), &status)["data"].size(), 2u);
+    // errors: OpenAI's error objects
+    for (const char *bad : {R"({"input": ""})", R"({"input": []})", R"({"input": [[]]})", R"({"input": 5})", R"({"input": [1, "a"]})",
+                            R"({"input": ["a", 5]})", R"({"input": [99999]})", R"({"input": "x", "encoding_format": "hex"})",
+                            R"({"input": "x", "dimensions": 3})", R"({})"}) {
+        const json e = post(c, "/v1/embeddings", bad, &status);
+        EXPECT_EQ(status, 400) << bad;
+        EXPECT_TRUE(e.contains("error")) << bad << " " << e.dump();
+    }
+    std::string longer;
+    for (int i = 0; i < 80; ++i) longer += "Once upon a time ";  // past the 256 cells of a slot, within the 4 KiB body
+    const json too_long = post(c, "/v1/embeddings", json{{"input", longer}}.dump(), &status);
+    EXPECT_EQ(status, 400) << too_long.dump();
+    // while a completion runs, and after it: the completion is the one served alone
+    const json alone = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0})");
+    json beside;
+    std::thread t([&] { beside = post(s.client(), "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0})"); });
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(post(c, "/v1/embeddings", R"({"input": "The cat sat."})", &status)["data"].size(), 1u);
+    t.join();
+    EXPECT_EQ(beside["choices"][0]["text"], alone["choices"][0]["text"]);
 }

@@ -25,13 +25,15 @@ struct ServeOptions {
     std::string chat_template;
     std::string chat_template_file;
     DraftFlags draft;  // speculative decoding: -md / --lookup-ngram
+    std::string pooling;  // of /v1/embeddings ("": the model's, else mean)
     text::SamplerParams sampling = serve::default_request_sampling();  // what a request does not set
 };
 
 int run_serve(const ServeOptions &o) {
     // every flag checked before the port is bound and the HTTP threads start
-    const serve::SchedulerOptions sched_opts{o.n_parallel, o.max_queue, o.model.n_batch};
+    serve::SchedulerOptions sched_opts{o.n_parallel, o.max_queue, o.model.n_batch};
     serve::check_scheduler_options(sched_opts);
+    if (!o.pooling.empty()) sched_opts.pooling = parse_pooling(o.pooling, "--pooling");
     if (o.port < 0 || o.port > 65535) fail("--port {}: expected a port from 1 to 65535, or 0 for any free one", o.port);
     if (o.max_body < 1) fail("--max-body {}: expected a size of at least 1 byte", o.max_body);
     serve::ApiOptions ao;
@@ -61,6 +63,7 @@ int run_serve(const ServeOptions &o) {
         tmpl = std::make_unique<text::ChatTemplate>(
             text::select_chat_template(model->file(), *vocab, o.chat_template, o.chat_template_file, &note));
         if (!note.empty()) std::fprintf(stderr, "toy: %s\n", note.c_str());
+        if (o.pooling.empty()) sched_opts.pooling = model_pooling(*model);
         sched = std::make_unique<serve::Scheduler>(*model, *vocab, so, sched_opts, std::move(drafter), o.draft.params);
         api.attach(*model, *vocab, *tmpl, *sched);
     } catch (...) {
@@ -89,6 +92,7 @@ Command reg("serve", "OpenAI-compatible HTTP server: continuous batching of conc
     app.add_option("--chat-template", o->chat_template, "built-in template name or Jinja source (default: the model's)");
     app.add_option("--chat-template-file", o->chat_template_file, "read the Jinja chat template from a file");
     o->draft.add_to(app);
+    app.add_option("--pooling", o->pooling, "pooling of /v1/embeddings: mean, cls or last (default: the model's pooling_type, else mean)");
     // llama-server's: the sampling of requests that do not set it (shown with
     // the server's defaults: OpenAI's where OpenAI has the field)
     add_sampling_flags(app, o->sampling);

@@ -80,6 +80,22 @@ int64_t now_seconds() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Standard base64 (RFC 4648, with padding) of n bytes: OpenAI's embeddings
+// as encoding_format "base64" (float32, little-endian).
+std::string base64(const uint8_t *p, size_t n) {
+    static const char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    out.reserve((n + 2) / 3 * 4);
+    for (size_t i = 0; i < n; i += 3) {
+        const uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        out += kDigits[v >> 18 & 63];
+        out += kDigits[v >> 12 & 63];
+        out += i + 1 < n ? kDigits[v >> 6 & 63] : '=';
+        out += i + 2 < n ? kDigits[v & 63] : '=';
+    }
+    return out;
+}
+
 // constant time over the expected key's length, whatever the given one is
 bool same_key(const std::string &given, const std::string &expected) {
     unsigned char diff = given.size() != expected.size();
@@ -187,6 +203,28 @@ void Api::routes() {
         send_json(res, {{"content", text}});
     }));
     http_.Post("/v1/completions", guarded([this](const httplib::Request &req, httplib::Response &res) { complete(req, res, false); }));
+    http_.Post("/v1/embeddings", guarded([this](const httplib::Request &req, httplib::Response &res) {
+        const EmbeddingsRequest e = parse_embeddings(req.body, *vocab_, model_->config().n_embd);
+        if (sched_->pooling() == Pooling::None) {
+            throw ApiError{400, "the model pools embeddings per token (pooling_type none), which OpenAI's API cannot return: "
+                                "start toy serve with --pooling mean, cls or last"};
+        }
+        int64_t tokens = 0;
+        for (const auto &t : e.inputs) tokens += (int64_t)t.size();
+        auto pending = sched_->embed(e.inputs);
+        if (!pending) {
+            res.set_header("Retry-After", "1");
+            throw ApiError{503, "the server is busy: too many requests are waiting", "unavailable_error"};
+        }
+        const Scheduler::Embeddings vs = pending->get();
+        json data = json::array();
+        for (size_t k = 0; k < vs.size(); ++k) {
+            json v = e.base64 ? json(base64(reinterpret_cast<const uint8_t *>(vs[k].data()), vs[k].size() * sizeof(float))) : json(vs[k]);
+            data.push_back({{"object", "embedding"}, {"index", k}, {"embedding", std::move(v)}});
+        }
+        send_json(res, {{"object", "list"}, {"data", data}, {"model", opts_.model_name},
+                        {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
+    }));
     http_.Post("/v1/chat/completions",
                guarded([this](const httplib::Request &req, httplib::Response &res) { complete(req, res, true); }));
     http_.Get("/metrics", guarded([this](const httplib::Request &, httplib::Response &res) {

@@ -1,6 +1,6 @@
 // The OpenAI-compatible HTTP API over a Scheduler (cpp-httplib, nlohmann-json):
 // /v1/chat/completions, /v1/completions (both with "stream": server-sent
-// events ending in "data: [DONE]"), /v1/models, /health, /tokenize,
+// events ending in "data: [DONE]"), /v1/embeddings, /v1/models, /health, /tokenize,
 // /detokenize, /metrics, and a chat page at / (serve/chat_page.html, compiled
 // in). Bad requests get an OpenAI-style error object and
 // the matching status; the API key, when set, is checked on every route but

@@ -249,7 +249,63 @@ std::vector<int32_t> prompt_of(const json &b, const text::Vocab &vocab) {
     return ids;
 }
 
+// One embeddings input's token ids, checked; `where` names it in errors.
+std::vector<int32_t> ids_of(const json &list, const text::Vocab &vocab, const std::string &where) {
+    std::vector<int32_t> ids;
+    for (const json &id : list) {
+        const int64_t v = id.is_number_integer() ? id.get<int64_t>() : -1;
+        if (v < 0 || v >= vocab.n_tokens()) {
+            throw ApiError{400, fmt::format("{}: token ids must be integers from 0 to {}, found {}", where, vocab.n_tokens() - 1, id.dump())};
+        }
+        ids.push_back((int32_t)v);
+    }
+    if (ids.empty()) throw ApiError{400, fmt::format("{} is empty: nothing to embed", where)};
+    return ids;
+}
+
 }  // namespace
+
+EmbeddingsRequest parse_embeddings(const std::string &body, const text::Vocab &vocab, int64_t n_embd) {
+    const auto b = parse_body(body);
+    EmbeddingsRequest r;
+    const std::string format = field<std::string>(b, "encoding_format", "float", "a string");
+    if (format != "float" && format != "base64") throw ApiError{400, fmt::format("'encoding_format' must be float or base64, found '{}'", format)};
+    r.base64 = format == "base64";
+    const int64_t dims = field<int64_t>(b, "dimensions", n_embd, "an integer");
+    if (dims != n_embd) throw ApiError{400, fmt::format("'dimensions': this model's embeddings have {} dimensions, found {}", n_embd, dims)};
+    auto it = b.find("input");
+    if (it == b.end() || !(it->is_string() || it->is_array())) {
+        throw ApiError{400, "'input' must be a string, an array of strings, an array of token ids or an array of such arrays"};
+    }
+    auto text = [&](const json &t, const std::string &where) {
+        const std::string s = t.get<std::string>();
+        if (s.empty()) throw ApiError{400, fmt::format("{} is an empty string: nothing to embed", where)};
+        return vocab.tokenize(s, /*add_special=*/true, /*parse_special=*/true);  // as llama-server
+    };
+    if (it->is_string()) {
+        r.inputs.push_back(text(*it, "'input'"));
+        return r;
+    }
+    if (it->empty()) throw ApiError{400, "'input' is an empty array: nothing to embed"};
+    if ((*it)[0].is_number_integer()) {  // one input as token ids
+        r.inputs.push_back(ids_of(*it, vocab, "'input'"));
+        return r;
+    }
+    constexpr size_t kMostInputs = 2048;  // OpenAI's limit
+    if (it->size() > kMostInputs) throw ApiError{400, fmt::format("'input' has {} inputs, at most {}", it->size(), kMostInputs)};
+    for (size_t k = 0; k < it->size(); ++k) {
+        const json &e = (*it)[k];
+        const std::string where = fmt::format("'input'[{}]", k);
+        if (e.is_string()) {
+            r.inputs.push_back(text(e, where));
+        } else if (e.is_array()) {
+            r.inputs.push_back(ids_of(e, vocab, where));
+        } else {
+            throw ApiError{400, fmt::format("{} must be a string or an array of token ids, found {}", where, e.type_name())};
+        }
+    }
+    return r;
+}
 
 text::SamplerParams default_request_sampling() {
     text::SamplerParams p;

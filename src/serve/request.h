@@ -71,4 +71,15 @@ text::SamplerParams default_request_sampling();
 CompletionRequest parse_completion(const std::string &body, bool chat, const text::Vocab &vocab, const text::ChatTemplate &tmpl,
                                    const text::SamplerParams &defaults = default_request_sampling());
 
+struct EmbeddingsRequest {
+    std::vector<std::vector<int32_t>> inputs;  // each text's tokens (BOS and EOS as the model asks), or ids as given
+    bool base64 = false;                       // encoding_format "base64": float32 little-endian bytes
+};
+
+// OpenAI's embeddings body: "input" a string, an array of strings, an array
+// of token ids or an array of such arrays (at most 2048 inputs), with
+// "encoding_format" float or base64, and "dimensions" only as the model's
+// n_embd. Throws ApiError for what the client got wrong.
+EmbeddingsRequest parse_embeddings(const std::string &body, const text::Vocab &vocab, int64_t n_embd);
+
 }  // namespace toy::serve

@@ -83,7 +83,7 @@ void check_scheduler_options(const SchedulerOptions &opts) {
 
 Scheduler::Scheduler(const Model &model, const text::Vocab &vocab, const SessionOptions &session, const SchedulerOptions &opts,
                      std::unique_ptr<Drafter> drafter, const DraftParams &draft)
-    : vocab_(vocab), opts_(opts), session_(model, session), drafter_(std::move(drafter)), draft_(draft) {
+    : vocab_(vocab), opts_(opts), session_opts_(session), session_(model, session), drafter_(std::move(drafter)), draft_(draft) {
     if (drafter_) check_draft_params(draft_);
     check_scheduler_options(opts);
     slot_ctx_ = session_.n_ctx() / opts.n_slots;
@@ -126,6 +126,51 @@ std::shared_ptr<Stream> Scheduler::submit(Request r) {
     return out;
 }
 
+std::optional<std::future<Scheduler::Embeddings>> Scheduler::embed(std::vector<std::vector<int32_t>> inputs) {
+    if (inputs.empty()) fail("nothing to embed");
+    for (const auto &t : inputs) {
+        if (t.empty()) fail("an input to embed is empty");
+        for (int32_t id : t) {
+            if (id < 0 || id >= vocab_.n_tokens()) fail("token id {} is out of range: the vocabulary has {} tokens", id, vocab_.n_tokens());
+        }
+    }
+    EmbedJob job{std::move(inputs), {}};
+    std::future<Embeddings> result = job.done.get_future();
+    {
+        std::lock_guard lock(mu_);
+        if ((int64_t)(queue_.size() + embeds_.size()) >= opts_.max_queue) return std::nullopt;
+        embeds_.push_back(std::move(job));
+        stats_.requests++;
+    }
+    cv_.notify_all();
+    return result;
+}
+
+void Scheduler::run_embed(EmbedJob &job) {
+    try {
+        if (!embed_session_) {
+            SessionOptions so = session_opts_;
+            so.embeddings = true;
+            so.n_ctx = slot_ctx_;
+            embed_session_ = std::make_unique<Session>(session_.model(), so);
+        }
+        Embeddings out;
+        int64_t tokens = 0;
+        for (const auto &t : job.inputs) {
+            if ((int64_t)t.size() > slot_ctx_) fail("an input has {} tokens; the context per sequence holds {}", t.size(), slot_ctx_);
+            out.push_back(toy::embed(*embed_session_, t, opts_.pooling, 2).front());
+            tokens += (int64_t)t.size();
+        }
+        {
+            std::lock_guard lock(mu_);
+            stats_.prompt_tokens += tokens;
+        }
+        job.done.set_value(std::move(out));
+    } catch (...) {
+        job.done.set_exception(std::current_exception());
+    }
+}
+
 SchedulerStats Scheduler::stats() const {
     std::lock_guard lock(mu_);
     return stats_;
@@ -133,6 +178,8 @@ SchedulerStats Scheduler::stats() const {
 
 void Scheduler::loop() {
     for (;;) {
+        std::optional<EmbedJob> job;  // one a turn, between steps
+        bool busy = false;
         {
             std::unique_lock lock(mu_);
             // take waiting requests into idle slots: each into the one that
@@ -157,19 +204,25 @@ void Scheduler::loop() {
                 lock.lock();
             }
             stats_.queued = (int64_t)queue_.size();
-            const bool busy = std::any_of(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
-            if (!busy) {
-                if (stop_) return;
-                cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-                continue;
-            }
+            busy = std::any_of(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
             if (stop_) {
                 lock.unlock();
                 for (auto &s : slots_)
                     if (s->active()) finish(*s, "error", "the server is shutting down");
+                for (EmbedJob &j : embeds_) j.done.set_exception(std::make_exception_ptr(Error("the server is shutting down")));
                 return;
             }
+            if (!embeds_.empty()) {
+                job.emplace(std::move(embeds_.front()));
+                embeds_.pop_front();
+            }
+            if (!busy && !job) {
+                cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !embeds_.empty(); });
+                continue;
+            }
         }
+        if (job) run_embed(*job);
+        if (!busy) continue;
         try {
             step();
         } catch (const Error &e) {

@@ -14,6 +14,7 @@
 // HTTP threads submit() requests and read their Streams.
 #pragma once
 
+#include "runtime/embeddings.h"
 #include "runtime/session.h"
 #include "runtime/speculative.h"
 #include "text/generation.h"
@@ -24,7 +25,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -77,6 +80,7 @@ struct SchedulerOptions {
     int n_slots = 4;              // sequences decoded together (-np)
     int64_t max_queue = 64;       // requests waiting for a slot; more are refused
     int64_t n_batch = 512;        // tokens per step at most (prompt chunks fill what decoding leaves)
+    Pooling pooling = Pooling::Mean;  // of embeddings (embed())
     // the most requests that may wait: each holds one of the server's HTTP
     // threads, which start with it (toy serve)
     static constexpr int64_t kMaxQueue = 1024;
@@ -107,7 +111,15 @@ public:
     // Queues a request. Throws toy::Error for an empty prompt or one that
     // leaves no room in a slot's context; returns null when the queue is full.
     std::shared_ptr<Stream> submit(Request r);
+    // The embeddings of these token lists (SchedulerOptions::pooling,
+    // Euclidean-normalized), computed by the engine thread between steps in a
+    // session of its own of a slot's context; the future throws toy::Error
+    // for a list that does not fit. Throws toy::Error for an empty list or a
+    // token out of range; returns nullopt when the queue is full.
+    using Embeddings = std::vector<std::vector<float>>;
+    std::optional<std::future<Embeddings>> embed(std::vector<std::vector<int32_t>> inputs);
     int64_t context_per_slot() const { return slot_ctx_; }
+    Pooling pooling() const { return opts_.pooling; }
     SchedulerStats stats() const;
 
 private:
@@ -121,14 +133,21 @@ private:
         Request req;
         std::shared_ptr<Stream> out;
     };
+    struct EmbedJob {
+        std::vector<std::vector<int32_t>> inputs;
+        std::promise<Embeddings> done;
+    };
     void loop();
+    void run_embed(EmbedJob &job);
     bool step();  // one decode; false when there was nothing to do
     void start(Slot &s, Pending p);
     void finish(Slot &s, const std::string &reason, const std::string &error = "");
 
     const text::Vocab &vocab_;
     SchedulerOptions opts_;
+    SessionOptions session_opts_;
     Session session_;
+    std::unique_ptr<Session> embed_session_;  // made at the first embed()
     std::unique_ptr<Drafter> drafter_;
     DraftParams draft_;
     int64_t slot_ctx_ = 0;
@@ -141,6 +160,7 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Pending> queue_;
+    std::deque<EmbedJob> embeds_;
     bool stop_ = false;
     SchedulerStats stats_;
     std::thread thread_;

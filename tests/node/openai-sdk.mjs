@@ -65,6 +65,18 @@ await check("completions.create, with and without stream", async () => {
   assert.equal(text, r.choices[0].text);
 });
 
+await check("embeddings.create: the SDK's base64 and plain floats agree, unit length", async () => {
+  const r = await client.embeddings.create({ model: "any", input: ["Once upon a time", "The cat sat."] });  // (base64 by default)
+  assert.equal(r.object, "list");
+  assert.equal(r.data.length, 2);
+  assert.ok(r.usage.prompt_tokens > 0);
+  const floats = await client.embeddings.create({ model: "any", input: "Once upon a time", encoding_format: "float" });
+  assert.equal(floats.data[0].embedding.length, r.data[0].embedding.length);
+  for (let i = 0; i < floats.data[0].embedding.length; i++) assert.ok(Math.abs(floats.data[0].embedding[i] - r.data[0].embedding[i]) < 1e-6);
+  const norm = Math.hypot(...r.data[1].embedding);
+  assert.ok(Math.abs(norm - 1) < 1e-5, String(norm));
+});
+
 await check("response_format json_schema: the reply is JSON valid under the schema, keys in its order", async () => {
   const schema = {
     type: "object",
