@@ -30,7 +30,8 @@ struct EmbedOptions {
 int run_embed(const EmbedOptions &o) {
     o.input.check_one();
     if (o.normalize < -1) fail("--embd-normalize: expected -1 (none), 0 (int16 range), 1 (taxicab), 2 (Euclidean) or a p-norm p > 2, found {}", o.normalize);
-    if (o.separator.empty()) fail("--embd-separator: expected a non-empty separator");
+    const std::string separator = o.input.no_escape ? o.separator : process_escapes(o.separator);  // as -p's text
+    if (separator.empty()) fail("--embd-separator: expected a non-empty separator");
     auto model = o.model.load(0);
     const Pooling pooling = o.pooling.empty() ? model_pooling(*model) : parse_pooling(o.pooling, "--pooling");
     const text::Vocab vocab = text::Vocab::load(model->file());
@@ -41,9 +42,9 @@ int run_embed(const EmbedOptions &o) {
     } else {
         const std::string all = o.input.text();
         for (size_t at = 0; at <= all.size();) {
-            const size_t end = std::min(all.find(o.separator, at), all.size());
+            const size_t end = std::min(all.find(separator, at), all.size());
             if (end > at) inputs.push_back(vocab.tokenize(all.substr(at, end - at), /*add_special=*/true, /*parse_special=*/true));
-            at = end + o.separator.size();
+            at = end + separator.size();
         }
         if (inputs.empty()) fail("nothing to embed: the text is empty");
     }
@@ -87,7 +88,7 @@ Command reg("embed", "Embeddings of texts (one per line) as llama-embedding comp
                                "none (every token), mean, cls (the first token) or last (default: the model's pooling_type, else mean)");
                 app.add_option("--embd-normalize", o->normalize,
                                "-1 none, 0 scaled to int16's range, 1 taxicab, 2 Euclidean (default), p > 2: p-norm");
-                app.add_option("--embd-separator", o->separator, "what separates the texts (default a newline)");
+                app.add_option("--embd-separator", o->separator, "what separates the texts (escapes as in -p)")->default_str("\\n");
                 app.add_flag("--json", o->json, "print OpenAI's embeddings list as JSON");
                 return [o] { return run_embed(*o); };
             });
