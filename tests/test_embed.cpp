@@ -75,6 +75,21 @@ TEST(Embed, PoolingIsTheMeanTheFirstOrTheLastRow) {
     EXPECT_NEAR(sum, 1.0, 1e-5);
 }
 
+// One text per line, or per any separator (with -p's escapes).
+TEST(Embed, TextsAreCutAtTheSeparator) {
+    const std::string m = "embed -m " + shell_quote(kStories) + " --json ";
+    auto count = [&](const std::string &flags) {
+        const auto r = run_toy(m + flags);
+        EXPECT_EQ(r.code, 0) << r.err;
+        return nlohmann::json::parse(r.out)["data"];
+    };
+    const auto lines = count("-p 'a cat\\nthe dog\\n\\n'");  // (the empty pieces skipped)
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(count("-p 'a cat;the dog' --embd-separator ';'"), lines);
+    EXPECT_EQ(count("-p 'a cat\\tthe dog' --embd-separator '\\t'"), lines);
+    EXPECT_EQ(count("-p 'a cat\\nthe dog' --embd-separator '<s2>'").size(), 1u);
+}
+
 TEST(Embed, BadInputIsOneLineError) {
     const std::string m = "embed -m " + shell_quote(kStories) + " ";
     auto expect_error = [](const toy::test::CommandResult &r, const std::string &part) {
