@@ -206,10 +206,11 @@ void Scheduler::loop() {
             stats_.queued = (int64_t)queue_.size();
             busy = std::any_of(slots_.begin(), slots_.end(), [](auto &s) { return s->active(); });
             if (stop_) {
+                std::deque<EmbedJob> left = std::move(embeds_);
                 lock.unlock();
                 for (auto &s : slots_)
                     if (s->active()) finish(*s, "error", "the server is shutting down");
-                for (EmbedJob &j : embeds_) j.done.set_exception(std::make_exception_ptr(Error("the server is shutting down")));
+                for (EmbedJob &j : left) j.done.set_exception(std::make_exception_ptr(Error("the server is shutting down")));
                 return;
             }
             if (!embeds_.empty()) {
