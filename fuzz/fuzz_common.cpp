@@ -111,9 +111,9 @@ void write_split_pair(const std::string &model, const std::string &first, const 
     for (uint32_t no = 0; no < 2; ++no) {
         gguf::Writer w(f->alignment());
         if (no == 0) w.copy_metadata(*f);
-        w.set("split.no", gguf::Value::u32(no));
-        w.set("split.count", gguf::Value::u32(2));
-        w.set("split.tensors.count", gguf::Value::i32((int32_t)n));
+        w.set(gguf::kSplitNo, gguf::Value::u32(no));
+        w.set(gguf::kSplitCount, gguf::Value::u32(2));
+        w.set(gguf::kSplitTensorsCount, gguf::Value::i32((int32_t)n));
         for (size_t k = no == 0 ? 0 : cut; k < (no == 0 ? cut : n); ++k) {
             const gguf::TensorInfo &t = f->tensors()[k];
             w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));

@@ -407,10 +407,10 @@ std::unique_ptr<File> File::open_model(const std::string &path) {
 
 void File::open_parts() {
     // (split.count and split.no are u16 in llama.cpp, split.tensors.count i32)
-    const std::optional<int64_t> count = opt_int("split.count");
+    const std::optional<int64_t> count = opt_int(kSplitCount);
     if (!count || *count == 1) return;
     if (*count < 1 || *count > 65535) fail("{}: key 'split.count': expected 1 to 65535 files, found {}", path_, *count);
-    const int64_t no = get_int("split.no");
+    const int64_t no = get_int(kSplitNo);
     // llama.cpp's gguf-split names, numbered from 1: PREFIX-00002-of-00003.gguf
     auto name_of = [&](const std::string &prefix, int64_t i) { return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, i + 1, *count); };
     const std::string ending = name_of("", no);
@@ -433,7 +433,7 @@ void File::open_parts() {
         } catch (const Error &e) {
             fail("{}: file {} of this split model: {}", path_, i + 1, e.what());
         }
-        const std::optional<int64_t> part_no = part->opt_int("split.no"), part_count = part->opt_int("split.count");
+        const std::optional<int64_t> part_no = part->opt_int(kSplitNo), part_count = part->opt_int(kSplitCount);
         if (part_no != i || part_count != count) {
             auto shown = [](const std::optional<int64_t> &v) { return v ? std::to_string(*v) : std::string("missing"); };
             fail("{}: expected file {} of {} of the split model {} (split.no {}, split.count {}), found split.no {}, split.count {}",
@@ -449,7 +449,7 @@ void File::open_parts() {
         }
         parts_.push_back(std::move(part));
     }
-    if (const std::optional<int64_t> n = opt_int("split.tensors.count"); n && *n != (int64_t)tensors_.size()) {
+    if (const std::optional<int64_t> n = opt_int(kSplitTensorsCount); n && *n != (int64_t)tensors_.size()) {
         fail("{}: key 'split.tensors.count': the split model has {} tensors, its {} files hold {}", path_, *n, *count, tensors_.size());
     }
 }

@@ -81,6 +81,10 @@ struct TensorInfo {
     std::string shape_string() const;       // "[576, 49152]"
 };
 
+// The keys llama.cpp's gguf-split writes into each file of a split model:
+// which file it is (from 0), how many there are, and the tensors of all.
+inline constexpr const char *kSplitNo = "split.no", *kSplitCount = "split.count", *kSplitTensorsCount = "split.tensors.count";
+
 // n values of type `type` at src, converted (dequantized) to float32.
 // Throws toy::Error for a type ggml cannot convert.
 std::vector<float> to_f32(const void *src, ggml_type type, int64_t n);

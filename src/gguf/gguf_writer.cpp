@@ -100,7 +100,7 @@ void Writer::set(const std::string &key, Value v) {
 void Writer::copy_metadata(const File &src, const std::function<bool(const std::string &)> &skip) {
     for (const auto &kv : src.metadata()) {
         // a split model's keys describe its files, never the one written
-        if (kv.key == "split.no" || kv.key == "split.count" || kv.key == "split.tensors.count") continue;
+        if (kv.key == kSplitNo || kv.key == kSplitCount || kv.key == kSplitTensorsCount) continue;
         if (skip && skip(kv.key)) continue;
         set(kv.key, kv.value);
     }

@@ -111,9 +111,9 @@ PackCache::PackCache(const std::string &dir, const std::vector<std::string> &mod
         struct stat st {};
         if (::stat(model_path.c_str(), &st) != 0) fail("{}: cannot stat the model file: {}", model_path, std::strerror(errno));
         std::error_code ec;
-        const std::string canonical = std::filesystem::canonical(model_path, ec).string();
-        where += (where.empty() ? "" : "\n") + (ec ? model_path : canonical);
-        files += fmt::format("{}\nfile size {} mtime {}.{:09} device {} inode {}\n", ec ? model_path : canonical, (uint64_t)st.st_size,
+        const std::string canonical = std::filesystem::canonical(model_path, ec).string(), path = ec ? model_path : canonical;
+        where += (where.empty() ? "" : "\n") + path;
+        files += fmt::format("{}\nfile size {} mtime {}.{:09} device {} inode {}\n", path, (uint64_t)st.st_size,
                              (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec, (uint64_t)st.st_dev, (uint64_t)st.st_ino);
     }
     std::string tensor_lines;
