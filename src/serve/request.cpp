@@ -225,6 +225,21 @@ std::vector<text::Message> messages_of(const json &b) {
     return out;
 }
 
+// A list of token ids (a completions prompt's, an embeddings input's), each
+// checked; `where` names the list in errors.
+std::vector<int32_t> ids_of(const json &list, const text::Vocab &vocab, const std::string &where) {
+    std::vector<int32_t> ids;
+    for (const json &id : list) {
+        const int64_t v = id.is_number_integer() ? id.get<int64_t>() : -1;
+        if (v < 0 || v >= vocab.n_tokens()) {
+            throw ApiError{400, fmt::format("{} token ids must be integers from 0 to {}, found {}", where, vocab.n_tokens() - 1, id.dump())};
+        }
+        ids.push_back((int32_t)v);
+    }
+    if (ids.empty()) throw ApiError{400, fmt::format("{} is an empty list of token ids", where)};
+    return ids;
+}
+
 // The completions prompt: a string (tokenized with BOS, as llama-server does),
 // or OpenAI's other form of one prompt, its token ids (taken as they are).
 std::vector<int32_t> prompt_of(const json &b, const text::Vocab &vocab) {
@@ -237,30 +252,7 @@ std::vector<int32_t> prompt_of(const json &b, const text::Vocab &vocab) {
     if (!(*it)[0].is_number_integer()) {
         throw ApiError{400, "'prompt': one prompt per request (a string or an array of token ids), found an array of prompts"};
     }
-    std::vector<int32_t> ids;
-    for (const json &id : *it) {
-        const int64_t v = id.is_number_integer() ? id.get<int64_t>() : -1;
-        if (v < 0 || v >= vocab.n_tokens()) {
-            throw ApiError{400,
-                           fmt::format("'prompt' token ids must be integers from 0 to {}, found {}", vocab.n_tokens() - 1, id.dump())};
-        }
-        ids.push_back((int32_t)v);
-    }
-    return ids;
-}
-
-// One embeddings input's token ids, checked; `where` names it in errors.
-std::vector<int32_t> ids_of(const json &list, const text::Vocab &vocab, const std::string &where) {
-    std::vector<int32_t> ids;
-    for (const json &id : list) {
-        const int64_t v = id.is_number_integer() ? id.get<int64_t>() : -1;
-        if (v < 0 || v >= vocab.n_tokens()) {
-            throw ApiError{400, fmt::format("{}: token ids must be integers from 0 to {}, found {}", where, vocab.n_tokens() - 1, id.dump())};
-        }
-        ids.push_back((int32_t)v);
-    }
-    if (ids.empty()) throw ApiError{400, fmt::format("{} is empty: nothing to embed", where)};
-    return ids;
+    return ids_of(*it, vocab, "'prompt'");
 }
 
 }  // namespace
