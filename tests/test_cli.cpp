@@ -229,13 +229,14 @@ TEST(Cli, ThreadCountsPastGgmlsPoolAreOneLineErrors) {
     EXPECT_EQ(all.code, 0) << all.err;
 }
 
-// toy serve's numbers are checked before it binds its port and starts its
+// toy serve's numbers (and --pooling) are checked before it binds its port and starts its
 // HTTP threads (one per sequence and queued request): --parallel 100000 and
 // --max-queue 100000000 ended in std::system_error from thread creation, a
 // port past 65535 was bound modulo 65536.
 TEST(Cli, ServeFlagsOutOfRangeAreOneLineErrors) {
     // each flag and the start of its message (the message repeats the value)
-    for (const std::string flags : {"--port 99999", "--port -1", "--max-queue 100000000", "--max-queue -1", "--max-body 0", "-b 0"}) {
+    for (const std::string flags : {"--port 99999", "--port -1", "--max-queue 100000000", "--max-queue -1", "--max-body 0", "-b 0",
+                                "--pooling none"}) {
         SCOPED_TRACE(flags);
         expect_one_line_error(run_toy("serve -m " + kStories + " " + flags), flags + ":");
     }
