@@ -107,19 +107,8 @@ std::string tiny_model(const std::string &arch, bool f16) {
 
 void write_split_pair(const std::string &model, const std::string &first, const std::string &second) {
     auto f = gguf::File::open(model);
-    const size_t n = f->tensors().size(), cut = n > 3 ? n - 3 : 0;
-    for (uint32_t no = 0; no < 2; ++no) {
-        gguf::Writer w(f->alignment());
-        if (no == 0) w.copy_metadata(*f);
-        w.set(gguf::kSplitNo, gguf::Value::u32(no));
-        w.set(gguf::kSplitCount, gguf::Value::u32(2));
-        w.set(gguf::kSplitTensorsCount, gguf::Value::i32((int32_t)n));
-        for (size_t k = no == 0 ? 0 : cut; k < (no == 0 ? cut : n); ++k) {
-            const gguf::TensorInfo &t = f->tensors()[k];
-            w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
-        }
-        w.write(no == 0 ? first : second);
-    }
+    const size_t n = f->tensors().size();
+    gguf::write_split(*f, {first, second}, {n > 3 ? n - 3 : 0, 3});
 }
 
 std::unique_ptr<train::TrainableModel> tiny_trainable(const Model &base, int kind) {

@@ -21,33 +21,15 @@ using namespace toy;
 
 namespace {
 
-// Writes the model at `src` as `count` files PREFIX-0000i-of-0000N.gguf in
-// `dir`, its tensors in order, as many in each as `per_file` (the rest in the
-// last); returns the first file's path. `edit(i, w)` may change file i's
-// writer before it is written.
+// The model at `src` split into dir's model-0000i-of-0000N.gguf, as many
+// tensors in each as `per_file` says (gguf::write_split); returns the first
+// file's path.
 std::string write_split(const std::string &src, const test::TempDir &dir, const std::vector<size_t> &per_file,
                         const std::function<void(size_t, gguf::Writer &)> &edit = {}) {
-    auto f = gguf::File::open(src);
-    const size_t count = per_file.size();
-    size_t next = 0;
-    std::string first;
-    for (size_t i = 0; i < count; ++i) {
-        gguf::Writer w(f->alignment());
-        if (i == 0) w.copy_metadata(*f);
-        w.set("split.no", gguf::Value::u32((uint32_t)i));
-        w.set("split.count", gguf::Value::u32((uint32_t)count));
-        w.set("split.tensors.count", gguf::Value::i32((int32_t)f->tensors().size()));
-        const size_t end = i + 1 == count ? f->tensors().size() : std::min(f->tensors().size(), next + per_file[i]);
-        for (; next < end; ++next) {
-            const gguf::TensorInfo &t = f->tensors()[next];
-            w.add_tensor(t.name, t.type, t.ne, t.n_dims, f->tensor_data(t));
-        }
-        if (edit) edit(i, w);
-        const std::string path = dir.file(fmt::format("model-{:05d}-of-{:05d}.gguf", i + 1, count));
-        w.write(path);
-        if (i == 0) first = path;
-    }
-    return first;
+    std::vector<std::string> paths;
+    for (size_t i = 0; i < per_file.size(); ++i) paths.push_back(dir.file(fmt::format("model-{:05d}-of-{:05d}.gguf", i + 1, per_file.size())));
+    gguf::write_split(*gguf::File::open(src), paths, per_file, edit);
+    return paths.front();
 }
 
 std::vector<float> logits_of(const Model &m) {
@@ -155,6 +137,12 @@ TEST(GgufSplit, SplitsThatDoNotAddUpAreOneLineErrors) {
 TEST(GgufSplit, WhatIsWrittenFromASplitModelIsOneFile) {
     test::TempDir dir;
     const std::string whole = test::fixture_path("llama-256.f32.gguf");
+    try {
+        gguf::write_split(*gguf::File::open(whole), {dir.file("a.gguf"), dir.file("b.gguf")}, {6});
+        ADD_FAILURE() << "two files with one tensor count were written";
+    } catch (const Error &e) {
+        EXPECT_STREQ(e.what(), "write_split: expected one tensor count per file, found 2 files and 1 counts");
+    }
     const std::string first = write_split(whole, dir, {6, 6, 6});
     quant::QuantizeOptions q;
     q.type = "Q8_0";

@@ -106,6 +106,29 @@ void Writer::copy_metadata(const File &src, const std::function<bool(const std::
     }
 }
 
+void write_split(const File &src, const std::vector<std::string> &paths, const std::vector<size_t> &per_file,
+                 const std::function<void(size_t, Writer &)> &edit) {
+    if (paths.empty() || paths.size() != per_file.size()) {
+        fail("write_split: expected one tensor count per file, found {} files and {} counts", paths.size(), per_file.size());
+    }
+    const size_t n = src.tensors().size(), count = paths.size();
+    size_t next = 0;
+    for (size_t i = 0; i < count; ++i) {
+        Writer w(src.alignment());
+        if (i == 0) w.copy_metadata(src);
+        w.set(kSplitNo, Value::u32((uint32_t)i));
+        w.set(kSplitCount, Value::u32((uint32_t)count));
+        w.set(kSplitTensorsCount, Value::i32((int32_t)n));
+        const size_t end = i + 1 == count ? n : std::min(n, next + per_file[i]);
+        for (; next < end; ++next) {
+            const TensorInfo &t = src.tensors()[next];
+            w.add_tensor(t.name, t.type, t.ne, t.n_dims, src.tensor_data(t));
+        }
+        if (edit) edit(i, w);
+        w.write(paths[i]);
+    }
+}
+
 void Writer::add_tensor(const std::string &name, ggml_type type, std::array<int64_t, 4> ne, int n_dims,
                         const void *data) {
     add_tensor(name, type, ne, n_dims, [data](uint8_t *out, uint64_t nbytes) { std::memcpy(out, data, nbytes); });

@@ -45,4 +45,13 @@ private:
     std::vector<Pending> tensors_;
 };
 
+// `src`'s tensors, in order, as a split model in llama.cpp's gguf-split
+// layout: file i (paths[i]) holds the next per_file[i] tensors (the last file
+// all that are left) and split.no, split.count and split.tensors.count; the
+// first file also holds src's other metadata. `edit(i, w)`, when given, may
+// change file i's writer before it is written. Each file is written
+// atomically, in order.
+void write_split(const File &src, const std::vector<std::string> &paths, const std::vector<size_t> &per_file,
+                 const std::function<void(size_t, Writer &)> &edit = {});
+
 }  // namespace toy::gguf
