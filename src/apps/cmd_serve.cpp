@@ -54,7 +54,7 @@ int run_serve(const ServeOptions &o) {
     std::unique_ptr<text::ChatTemplate> tmpl;
     std::unique_ptr<serve::Scheduler> sched;
     try {
-        model = o.model.load();
+        model = o.model.load(kServingTokens);  // auto's huge pages: the load is paid once
         SessionOptions so = o.model.session_options();
         if (o.model.n_ctx == 0) so.n_ctx = std::min<int64_t>(model->config().n_ctx_train, 4096);
         std::unique_ptr<Drafter> drafter = o.draft.make_drafter(*model, so.n_ctx, o.model);

@@ -64,7 +64,7 @@ struct LoadOptions {
     // huge pages cost more at load than they save (Llama-3.2-1B Q4_K_M on
     // an AMX Xeon VM: a load of 1.4-1.7 s against 0.5-0.6 s, which their
     // faster decoding, 32 against 24 t/s, wins back only after 80-105
-    // tokens; BENCHMARKS.md).
+    // tokens; BENCHMARKS.md). kServingTokens: a server's, always long.
     int64_t decode_tokens = -1;
     // A directory that keeps the matrices packed for toy's kernels between
     // loads (model/pack_cache.h): empty for none. The first load packs and
@@ -92,6 +92,13 @@ void check_tensor_values(const gguf::File &f, int n_threads = 0);
 
 // A run that decodes fewer tokens than this is short (LoadOptions::decode_tokens).
 constexpr int64_t kShortRunTokens = 64;
+// LoadOptions::decode_tokens of a process that loads once and then decodes
+// for as long as it runs (toy serve): auto takes huge pages without the
+// probe. Their load cost is paid once, and decoding on them was never slower:
+// on the Zen 4 VM it reached that machine's faster bandwidth level (55 GB/s,
+// decoding at 44-46) only on huge pages; on 4 KiB pages it stayed at the
+// slower one (about 32; BENCHMARKS.md).
+constexpr int64_t kServingTokens = INT64_MAX;
 
 // Whether huge pages are asked for on this machine: by `mode`, and for
 // auto, for a run that decodes `decode_tokens` (-1: unknown).
