@@ -57,7 +57,7 @@ int run_serve(const ServeOptions &o) {
         model = o.model.load(kServingTokens);  // auto's huge pages: the load is paid once
         SessionOptions so = o.model.session_options();
         if (o.model.n_ctx == 0) so.n_ctx = std::min<int64_t>(model->config().n_ctx_train, 4096);
-        std::unique_ptr<Drafter> drafter = o.draft.make_drafter(*model, so.n_ctx, o.model);
+        std::unique_ptr<Drafter> drafter = o.draft.make_drafter(*model, so.n_ctx, o.model, kServingTokens);
         if (drafter) std::fprintf(stderr, "toy: speculative decoding: %s\n", drafter->name().c_str());
         vocab = std::make_unique<text::Vocab>(text::Vocab::load(model->file()));
         print_notes(*vocab);

@@ -234,7 +234,9 @@ std::unique_ptr<Drafter> DraftFlags::make_drafter(const Model &target, int64_t n
     if (!model_path.empty() && lookup_ngram > 0) fail("--model-draft and --lookup-ngram: choose one drafter");
     if (lookup_ngram > 0) return std::make_unique<PromptLookup>(lookup_ngram);
     if (model_path.empty()) return nullptr;
-    const int64_t draft_tokens = target_tokens < 0 ? -1 : std::min<int64_t>(target_tokens, INT32_MAX) * params.n_max;
+    const int64_t draft_tokens = target_tokens < 0 || target_tokens == kServingTokens
+                                     ? target_tokens
+                                     : std::min<int64_t>(target_tokens, INT32_MAX) * params.n_max;
     model_ = Model::load(model_path, flags.load_options(draft_tokens));
     check_same_vocab(target, *model_);
     SessionOptions so = flags.session_options();

@@ -104,9 +104,10 @@ struct DraftFlags {
     // The speculator for the target's session, or null when no drafter is
     // asked for. Loads the draft model (kept with these flags) with the
     // target's load and session options, checked to share its vocabulary.
-    // target_tokens: what the target means to decode (-1: unknown); the
-    // draft model decodes at most --draft-max tokens for each of them, which
-    // is what its load is told (LoadOptions::decode_tokens).
+    // target_tokens: what the target means to decode (-1: unknown,
+    // kServingTokens: a server's, passed on as it is); the draft model
+    // decodes at most --draft-max tokens for each of them, which is what its
+    // load is told (LoadOptions::decode_tokens).
     std::unique_ptr<Speculator> make(Session &target, const ModelFlags &flags, int64_t target_tokens = -1) const;
     // The drafter alone (toy serve batches the target itself), or null. A
     // draft model's session gets n_ctx cells.
