@@ -27,7 +27,9 @@ namespace {
 std::string write_split(const std::string &src, const test::TempDir &dir, const std::vector<size_t> &per_file,
                         const std::function<void(size_t, gguf::Writer &)> &edit = {}) {
     std::vector<std::string> paths;
-    for (size_t i = 0; i < per_file.size(); ++i) paths.push_back(dir.file(fmt::format("model-{:05d}-of-{:05d}.gguf", i + 1, per_file.size())));
+    for (size_t i = 0; i < per_file.size(); ++i) {
+        paths.push_back(dir.file(fmt::format("model-{:05d}-of-{:05d}.gguf", i + 1, per_file.size())));
+    }
     gguf::write_split(*gguf::File::open(src), paths, per_file, edit);
     return paths.front();
 }
