@@ -97,7 +97,7 @@ TEST(Embed, BadInputIsOneLineError) {
         EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
         EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     };
-    expect_error(run_toy(m + "-p hi --pooling max"), "--pooling: expected none, mean, cls or last, found 'max'");
+    expect_error(run_toy(m + "-p hi --pooling max"), "--pooling max: expected none, mean, cls or last");
     expect_error(run_toy(m + "-p hi --embd-normalize -3"), "--embd-normalize: expected -1 (none)");
     expect_error(run_toy(m + "-p ''"), "nothing to embed");
     expect_error(run_toy(m + "-p hi --embd-separator ''"), "--embd-separator: expected a non-empty separator");

@@ -34,8 +34,7 @@ int run_serve(const ServeOptions &o) {
     serve::SchedulerOptions sched_opts{o.n_parallel, o.max_queue, o.model.n_batch};
     serve::check_scheduler_options(sched_opts);
     // OpenAI's embeddings are one vector per input: no --pooling none
-    if (o.pooling == "none") fail("--pooling none: expected mean, cls or last (/v1/embeddings returns one vector per input)");
-    if (!o.pooling.empty()) sched_opts.pooling = parse_pooling(o.pooling, "--pooling");
+    if (!o.pooling.empty()) sched_opts.pooling = parse_pooling(o.pooling, "--pooling", false);
     if (o.port < 0 || o.port > 65535) fail("--port {}: expected a port from 1 to 65535, or 0 for any free one", o.port);
     if (o.max_body < 1) fail("--max-body {}: expected a size of at least 1 byte", o.max_body);
     serve::ApiOptions ao;

@@ -6,12 +6,12 @@
 
 namespace toy {
 
-Pooling parse_pooling(const std::string &name, const std::string &flag) {
-    if (name == "none") return Pooling::None;
+Pooling parse_pooling(const std::string &name, const std::string &flag, bool allow_none) {
+    if (name == "none" && allow_none) return Pooling::None;
     if (name == "mean") return Pooling::Mean;
     if (name == "cls") return Pooling::Cls;
     if (name == "last") return Pooling::Last;
-    fail("{}: expected none, mean, cls or last, found '{}'", flag, name);
+    fail("{} {}: expected {}mean, cls or last", flag, name, allow_none ? "none, " : "");
 }
 
 const char *pooling_name(Pooling p) {

@@ -13,8 +13,9 @@ namespace toy {
 
 enum class Pooling { None, Mean, Cls, Last };
 
-// "none", "mean", "cls" or "last"; throws toy::Error naming `flag`.
-Pooling parse_pooling(const std::string &name, const std::string &flag);
+// "none", "mean", "cls" or "last"; throws toy::Error naming `flag` and the
+// accepted names (without "none" where `allow_none` is false: one vector per text).
+Pooling parse_pooling(const std::string &name, const std::string &flag, bool allow_none = true);
 const char *pooling_name(Pooling p);
 // The pooling a model's metadata asks for ({arch}.pooling_type: 0 none, 1
 // mean, 2 cls, 3 last), or mean when it says nothing (a generative model).
