@@ -98,7 +98,7 @@ OFFLOAD=()
 [ -n "$NGL" ] && OFFLOAD=(-ngl "$NGL")
 GPU_NAME=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
 # The CPU kind decides which llama.cpp builds differ (only AMX CPUs need "off"/"fixed").
-CPU_NAME=$(lscpu | sed -n 's/^Model name: *//p')
+CPU_NAME=$(cpu_name)
 if grep -qw amx_tile /proc/cpuinfo; then CPU_AMX=yes; else CPU_AMX=no; fi
 CPU_FLAGS=$(grep -m1 -o -w -E 'avx512f|avx512_vnni|avx512_bf16|avx512_fp16|avx2|amx_tile|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')
 if [ "$CPU_AMX" = yes ]; then LLAMA=${LLAMA:-"off fixed"}; else LLAMA=${LLAMA:-"on"}; fi
@@ -139,7 +139,7 @@ for cfg in $IK; do
   [ -x "$IK_DIR/build/bin/llama-bench" ] ||
     { echo "compare: IK=$IK but $IK_DIR/build/bin/llama-bench is missing (../shared/tools/build-ik-llama-reference.sh)" >&2; exit 1; }
 done
-log "CPU: $CPU_NAME; AMX: $CPU_AMX;${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy (AMX $TOY_AMX)${ALT:+, toy alt (${TOY_ALT_ENV:-} ${TOY_ALT:-})}, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
+log "CPU: $CPU_NAME; $(cpu_kind);${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy (AMX $TOY_AMX)${ALT:+, toy alt (${TOY_ALT_ENV:-} ${TOY_ALT:-})}, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
 mkdir -p "$RESULTS_DIR"
 if [[ " $LLAMA " == *" off "* ]] || [ "$TOY_AMX" = off ]; then
   cat > "$RESULTS_DIR/no_amx.c" <<'C'
@@ -328,7 +328,7 @@ done
 echo "load average at end: $(cat /proc/loadavg)" >> "$RESULTS_DIR/settings.txt"
 
 # ---- table ----
-python3 - "$RESULTS_DIR" "$MODELS" "$ALT $LLAMA $IK" "$CPU_NAME" "$CPU_AMX" "$GPU_NAME" "$NGL" "$TOY_AMX" "${TOY_ALT_ENV:-} ${TOY_ALT:-}" <<'PY'
+python3 - "$RESULTS_DIR" "$MODELS" "$ALT $LLAMA $IK" "$CPU_NAME" "$(cpu_kind)" "$GPU_NAME" "$NGL" "$TOY_AMX" "${TOY_ALT_ENV:-} ${TOY_ALT:-}" "$ONESHOTS" <<'PY'
 import glob, json, re, statistics, sys
 
 res_dir, models, builds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
@@ -336,7 +336,7 @@ LABEL = {"off": "llama.cpp AMX off", "on": "llama.cpp", "fixed": "llama.cpp AMX 
          "ik": "ik_llama.cpp", "ik-rtr": "ik_llama.cpp -rtr 1", "alt": f"toy {sys.argv[9].strip()}"}
 # where each engine's results are (toy alt: beside toy's)
 TOOL = lambda b: "toy-alt" if b == "alt" else f"llama-{b}"
-print(f"CPU: {sys.argv[4]} (AMX: {sys.argv[5]})" + (f"; GPU: {sys.argv[6]}" if sys.argv[6] else "") +
+print(f"CPU: {sys.argv[4]}; {sys.argv[5]}" + (f"; GPU: {sys.argv[6]}" if sys.argv[6] else "") +
       (f"; -ngl {sys.argv[7]} for both engines" if sys.argv[7] else "") +
       ("; toy with AMX off (its AVX-512 set, as on a CPU without AMX)" if sys.argv[8] == "off" else ""))
 print()
@@ -434,20 +434,21 @@ for spec in models:
         cells.append(ceil)
         row(cells)
 
-print()
 once = [b for b in builds if not b.startswith("ik")]  # ik_llama.cpp: speed only, no one-shot runs
-head = ["model", "toy one-shot ms"] + [f"{LABEL[b]} ms" for b in once] + [f"toy / {LABEL[b]}" for b in once]
-head += ["toy peak RSS MiB"] + [f"{LABEL[b]} MiB" for b in once] + [f"toy / {LABEL[b]}" for b in once]
-row(head)
-row(["---"] + ["---:"] * (len(head) - 1))
-f = lambda v, s=1.0: f"{v / s:.0f}" if v else "n/a"
-for spec in models:
-    tag = spec.replace(":", ".")
-    tw, tr = oneshot(tag, "toy")
-    ref = {b: oneshot(tag, TOOL(b)) for b in once}
-    cells = [spec, f(tw)] + [f(ref[b][0]) for b in once] + [ratio(tw, ref[b][0]) for b in once]
-    cells += [f(tr, 2**20)] + [f(ref[b][1], 2**20) for b in once] + [ratio(tr, ref[b][1]) for b in once]
-    row(cells)
+if sys.argv[10] != "0":
+    print()
+    head = ["model", "toy one-shot ms"] + [f"{LABEL[b]} ms" for b in once] + [f"toy / {LABEL[b]}" for b in once]
+    head += ["toy peak RSS MiB"] + [f"{LABEL[b]} MiB" for b in once] + [f"toy / {LABEL[b]}" for b in once]
+    row(head)
+    row(["---"] + ["---:"] * (len(head) - 1))
+    f = lambda v, s=1.0: f"{v / s:.0f}" if v else "n/a"
+    for spec in models:
+        tag = spec.replace(":", ".")
+        tw, tr = oneshot(tag, "toy")
+        ref = {b: oneshot(tag, TOOL(b)) for b in once}
+        cells = [spec, f(tw)] + [f(ref[b][0]) for b in once] + [ratio(tw, ref[b][0]) for b in once]
+        cells += [f(tr, 2**20)] + [f(ref[b][1], 2**20) for b in once] + [ratio(tr, ref[b][1]) for b in once]
+        row(cells)
 
 if roof_lines:
     print()

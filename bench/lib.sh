@@ -1,8 +1,24 @@
 # Helpers the benchmark scripts share (sourced, not run).
 
-# "CPU: <model>; AMX: yes|no": which machine a table comes from.
+# The CPU's name with its family and model ("AMD EPYC (family 25 model 1)"): a
+# VM often shows the vendor's bare name, which Zen 3 and Zen 4 share.
+cpu_name() {
+  awk -F': *' '/^model name/ && !hn { n = $2; hn = 1 } /^cpu family/ && !hf { f = $2; hf = 1 }
+    /^model[ \t]*:/ && !hm { m = $2; hm = 1 } END { printf "%s (family %s model %s)\n", n, f, m }' /proc/cpuinfo
+}
+
+# The vector units toy's kernels choose between: "AMX", "AVX-512, no AMX",
+# "AVX2, no AVX-512" or "no AVX2".
+cpu_kind() {
+  if grep -qw amx_tile /proc/cpuinfo; then echo "AMX"
+  elif grep -qw avx512f /proc/cpuinfo; then echo "AVX-512, no AMX"
+  elif grep -qw avx2 /proc/cpuinfo; then echo "AVX2, no AVX-512"
+  else echo "no AVX2"; fi
+}
+
+# "CPU: <name> (family F model M); <kind>": which machine a table comes from.
 cpu_line() {
-  echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); AMX: $(grep -q amx_tile /proc/cpuinfo && echo yes || echo no)"
+  echo "CPU: $(cpu_name); $(cpu_kind)"
 }
 
 # random_words FILE N: one line of N words drawn (seed 0) from a small
