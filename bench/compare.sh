@@ -99,7 +99,8 @@ OFFLOAD=()
 GPU_NAME=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
 # The CPU kind decides which llama.cpp builds differ (only AMX CPUs need "off"/"fixed").
 CPU_NAME=$(cpu_name)
-if grep -qw amx_tile /proc/cpuinfo; then CPU_AMX=yes; else CPU_AMX=no; fi
+CPU_KIND=$(cpu_kind)
+if [ "$CPU_KIND" = AMX ]; then CPU_AMX=yes; else CPU_AMX=no; fi
 CPU_FLAGS=$(grep -m1 -o -w -E 'avx512f|avx512_vnni|avx512_bf16|avx512_fp16|avx2|amx_tile|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')
 if [ "$CPU_AMX" = yes ]; then LLAMA=${LLAMA:-"off fixed"}; else LLAMA=${LLAMA:-"on"}; fi
 IK_DIR=${IK_DIR:-$HOME/.cache/ik-llama-reference}
@@ -139,7 +140,7 @@ for cfg in $IK; do
   [ -x "$IK_DIR/build/bin/llama-bench" ] ||
     { echo "compare: IK=$IK but $IK_DIR/build/bin/llama-bench is missing (../shared/tools/build-ik-llama-reference.sh)" >&2; exit 1; }
 done
-log "CPU: $CPU_NAME; $(cpu_kind);${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy (AMX $TOY_AMX)${ALT:+, toy alt (${TOY_ALT_ENV:-} ${TOY_ALT:-})}, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
+log "CPU: $CPU_NAME; $CPU_KIND;${GPU_NAME:+ GPU: $GPU_NAME;}${NGL:+ -ngl $NGL;} engines: toy (AMX $TOY_AMX)${ALT:+, toy alt (${TOY_ALT_ENV:-} ${TOY_ALT:-})}, llama.cpp ($LLAMA)${IK:+, ik_llama.cpp ($IK)}"
 mkdir -p "$RESULTS_DIR"
 if [[ " $LLAMA " == *" off "* ]] || [ "$TOY_AMX" = off ]; then
   cat > "$RESULTS_DIR/no_amx.c" <<'C'
@@ -328,7 +329,7 @@ done
 echo "load average at end: $(cat /proc/loadavg)" >> "$RESULTS_DIR/settings.txt"
 
 # ---- table ----
-python3 - "$RESULTS_DIR" "$MODELS" "$ALT $LLAMA $IK" "$CPU_NAME" "$(cpu_kind)" "$GPU_NAME" "$NGL" "$TOY_AMX" "${TOY_ALT_ENV:-} ${TOY_ALT:-}" "$ONESHOTS" <<'PY'
+python3 - "$RESULTS_DIR" "$MODELS" "$ALT $LLAMA $IK" "$CPU_NAME" "$CPU_KIND" "$GPU_NAME" "$NGL" "$TOY_AMX" "${TOY_ALT_ENV:-} ${TOY_ALT:-}" "$ONESHOTS" <<'PY'
 import glob, json, re, statistics, sys
 
 res_dir, models, builds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
