@@ -159,6 +159,8 @@ TEST(TrainCli, BadDataFlagsAndCheckpointsAreOneLineErrors) {
              {"--adam-beta1 1", "--adam-beta1"},
              {"--adam-beta2 -0.5", "--adam-beta2"},
              {"--adam-eps 0", "--adam-eps"},
+             // every window held out (it said "need at least 2" of a file that had them)
+             {"--val-split 0.999", "windows leaves none to train on (a smaller -val-split, more text or a smaller -c)"},
              {"--keep-checkpoints 0", "--keep-checkpoints"},
              {"--checkpoint-every -1", "--checkpoint-every"},
              // a directory that cannot be made (was "internal: filesystem error")
