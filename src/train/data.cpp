@@ -18,7 +18,7 @@ Dataset Dataset::split_tail(double fraction) {
     const int64_t n = (int64_t)windows.size();
     const int64_t n_val = std::max<int64_t>(1, (int64_t)std::llround(n * fraction));
     if (n_val >= n) {
-        fail("{}: holding out {:.0f}% of {} window{} leaves none to train on (a smaller -val-split, more text or a smaller -c)",
+        fail("{}: holding out {:g}% of {} window{} leaves none to train on (a smaller -val-split, more text or a smaller -c)",
              source, fraction * 100, n, n == 1 ? "" : "s");
     }
     Dataset val;
