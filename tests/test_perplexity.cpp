@@ -269,6 +269,12 @@ TEST(Perplexity, BadInputsAreOneLineErrors) {
         const auto r = run_toy(fmt::format("perplexity -m {} -f {} -c 128", model, shell_quote(dir.file("short.txt"))));
         expect_error(r, "tokens, but a context of 128 needs at least 2 x 128 = 256 tokens");
     }
+    {
+        // an empty text is its BOS alone: "1 token", not "1 tokens"
+        std::ofstream(dir.file("empty.txt")) << "";
+        const auto r = run_toy(fmt::format("perplexity -m {} -f {} -c 128", model, shell_quote(dir.file("empty.txt"))));
+        expect_error(r, "empty.txt: 1 token, but a context of 128");
+    }
     expect_error(run_toy(fmt::format("perplexity -m {} -c 128", model)), "-f: a text file");
     expect_error(run_toy(fmt::format("perplexity -m {} --kl-divergence", model)), "--kl-divergence-base");
     expect_error(run_toy(fmt::format("perplexity -m {} -f {} -c 1", model, shell_quote(stories_text()))), "-c: a window");

@@ -30,8 +30,8 @@ WindowPlan plan_windows(int64_t n_tokens, const WindowOptions &o, int64_t n_ubat
     if (o.n_batch <= 0) fail("-b: expected a batch size > 0, found {}", o.n_batch);
     if (o.n_chunks == 0 || o.n_chunks < -1) fail("--chunks: expected a count > 0, found {}", o.n_chunks);
     if (n_tokens < 2 * o.n_ctx) {
-        fail("{}: {} tokens, but a context of {} needs at least 2 x {} = {} tokens (more text or a smaller -c)", source,
-             n_tokens, o.n_ctx, o.n_ctx, 2 * o.n_ctx);
+        fail("{}: {} token{}, but a context of {} needs at least 2 x {} = {} tokens (more text or a smaller -c)", source,
+             n_tokens, n_tokens == 1 ? "" : "s", o.n_ctx, o.n_ctx, 2 * o.n_ctx);
     }
     WindowPlan p;
     p.n_ctx = o.n_ctx;
