@@ -139,8 +139,12 @@ inline void load_k16_unit(const uint8_t *w, int j, __m512i *v) {
     }
 }
 
-// 16 fp16 values at p as float32.
-inline __m512 load_f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+// 16 fp16 values at p as float32. (The zero-masked form with every lane set
+// is the same vcvtph2ps; GCC 12's _mm512_cvtph_ps starts from an undefined
+// register that its -Wuninitialized flags once inlined, as in the ASan build.)
+inline __m512 load_f16x16(const uint8_t *p) {
+    return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
 
 // The float steps after a tile's exact integer sums, shared by the AVX-512
 // tiles and the AMX tiles so that both give the same bits.
