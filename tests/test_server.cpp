@@ -297,6 +297,16 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
              Bad{"/v1/completions", R"({"prompt": []})", 400, "empty array"},
              Bad{"/v1/completions", R"({"prompt": "x", "n": 2})", 400, "'n': one choice per request is supported, found 2"},
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 3})", 400, "'n': one choice"},
+             Bad{"/v1/chat/completions",
+                 R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]})",
+                 400, "'tools': toy serve does not call tools (function calling is not supported)"},
+             Bad{"/v1/chat/completions",
+                 R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}], "tool_choice": "auto"})", 400,
+                 "send the request without 'tools', or with \"tool_choice\": \"none\""},
+             Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]})", 400,
+                 "'functions': toy serve does not call tools"},
+             Bad{"/v1/chat/completions", R"({"messages": [{"role": "tool", "content": "42", "tool_call_id": "c1"}]})", 400,
+                 "unknown role 'tool'"},
              Bad{"/v1/completions", R"({"prompt": "x", "max_tokens": 0})", 400, "at least 1"},
              Bad{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -5})", 400,
                  "'max_completion_tokens' must be at least 1"},
@@ -330,6 +340,13 @@ TEST(Server, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
         EXPECT_EQ(status, 401) << e.dump();
         EXPECT_EQ(e["error"]["type"], "authentication_error");
     }
+    // with tool_choice "none" the model may call no tool: served without the tools
+    int served = 0;
+    post(c, "/v1/chat/completions",
+         R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+             "tool_choice": "none", "max_tokens": 2})",
+         &served);
+    EXPECT_EQ(served, 200);
     auto missing = c.Get("/v2/nothing");
     EXPECT_TRUE(missing && missing->status == 404);
     other.join();  // (no ASSERT before this: a failure must not leave the thread running)

@@ -193,6 +193,24 @@ std::shared_ptr<const text::Grammar> grammar_of(const json &b, const text::Vocab
     }
 }
 
+// Function calling is not implemented: a request that offers the model tools
+// (OpenAI's `tools`, or the older `functions`) is a 400, as in llama-server
+// without --jinja, rather than a reply written as if none were offered. With
+// tool_choice "none" (function_call "none") the model may call none anyway,
+// so the request is served without them.
+void refuse_tools(const json &b) {
+    const std::pair<const char *, const char *> offers[] = {{"tools", "tool_choice"}, {"functions", "function_call"}};
+    for (auto [key, choice] : offers) {
+        auto it = b.find(key);
+        if (it == b.end() || it->is_null() || (it->is_array() && it->empty())) continue;
+        auto c = b.find(choice);
+        if (c != b.end() && c->is_string() && *c == "none") continue;
+        throw ApiError{400, fmt::format("'{}': toy serve does not call tools (function calling is not supported); send "
+                                        "the request without '{}', or with \"{}\": \"none\"",
+                                        key, key, choice)};
+    }
+}
+
 std::vector<text::Message> messages_of(const json &b) {
     auto it = b.find("messages");
     if (it == b.end() || !it->is_array() || it->empty()) throw ApiError{400, "'messages' must be a non-empty array"};
@@ -346,6 +364,7 @@ CompletionRequest parse_completion(const std::string &body, bool chat, const tex
         }
     }
     if (chat) {
+        refuse_tools(b);
         r.prompt = text::tokenize_rendered(vocab, tmpl.render(messages_of(b), true));
     } else {
         r.prompt = prompt_of(b, vocab);
