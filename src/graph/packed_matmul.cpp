@@ -754,10 +754,10 @@ void pack_q2_k_group(const BlockQ2K *in, int64_t nb, uint8_t *out) {
 
 // The decoding prefetches for this CPU (packed_kernels.h): into L2 and then
 // L1 on Intel's (measured on Sapphire Rapids; on Emerald Rapids, family 6
-// model 207, twice as far ahead decoded SmolLM2 F16 3-11% faster and the
-// other models level to 5% faster: BENCHMARKS.md), into L1 alone elsewhere
-// (as measured on AMD's Zen 3 and 4; the step into L2 was tried on Zen 3
-// only).
+// model 207, twice as far ahead decoded SmolLM2 F16 3-11% faster in three
+// runs, SmolLM2 Q8_0 3%, the larger two -2% to +11%: BENCHMARKS.md), into
+// L1 alone elsewhere (as measured on AMD's Zen 3 and 4; the step into L2 was
+// tried on Zen 3 only).
 PrefetchPlan cpu_prefetch_plan() {
 #if defined(__x86_64__)
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
