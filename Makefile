@@ -118,11 +118,13 @@ build-cuda:
 
 # libFuzzer targets (fuzz/README.md) under ASan + UBSan in build-fuzz/, one
 # after another, FUZZ_SECONDS each (FUZZ_TARGETS: a subset; FUZZ_RUNS=N runs
-# each for N executions instead). Not part of `make test`.
+# each for N executions instead; FUZZ_JOBS=N: N processes per target on its
+# one corpus). Not part of `make test`.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
+FUZZ_JOBS ?= 1
 fuzz:
-	FUZZ_RUNS=$(FUZZ_RUNS) scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 default-model: build
 	scripts/make-default-model.sh

@@ -7,6 +7,9 @@
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="fuzz_grammar ..."]
 #   FUZZ_TIMEOUT=300 ...   seconds a unit may take (default 10; wall-clock, so
 #                          raise it for a niced run that others may pause)
+#   FUZZ_JOBS=2 ...        processes per target, side by side on its one corpus
+#                          (libFuzzer reloads what the others add); FUZZ_RUNS is
+#                          then each one's limit, and the line sums their work
 #
 # Targets: fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_sampler_params
 # fuzz_train_data fuzz_checkpoint fuzz_adapter fuzz_grammar fuzz_json_schema
@@ -37,6 +40,8 @@ for t in "$@"; do
   TARGETS+=("$t")
 done
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
+JOBS=${FUZZ_JOBS:-1}
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: FUZZ_JOBS must be a whole number >= 1 (got '$JOBS')" >&2; exit 2; }
 
 # ---- clang with libFuzzer (Debian's clang; the newest installed is used) ----
 find_clang() {
@@ -139,16 +144,23 @@ for t in "${TARGETS[@]}"; do
   before=$(find "$crashes" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   : >"$log.start"; : >"$log.notes"; unconfirmed=0
   if [ -n "${FUZZ_RUNS:-}" ]; then limit=(-runs="$FUZZ_RUNS"); else limit=(-max_total_time="$SECONDS_PER_TARGET"); fi
+  # job 1 writes $log, job k > 1 $log with .k before .log
+  logs=("$log"); for ((k = 2; k <= JOBS; k++)); do logs+=("${log%.log}.$k.log"); done
+  pids=()
+  for l in "${logs[@]}"; do
+    # malloc_context_size: ASan records 8 frames of each allocation's stack
+    # (30 by default); the unwinding took a third of the chat templates' time.
+    # Running a reproducer by hand gives the whole stacks.
+    ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(ls /usr/lib/llvm-$V/bin/llvm-symbolizer 2>/dev/null || true)} \
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0:malloc_context_size=8} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    OMP_NUM_THREADS=1 \
+      "$BUILD/$t" "${limit[@]}" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}" -print_final_stats=1 \
+        -max_len="$(max_len "$t")" -artifact_prefix="$crashes/" "$corpus" "$SEEDS/$t" >"$l" 2>&1 &
+    pids+=($!)
+  done
   rc=0
-  # malloc_context_size: ASan records 8 frames of each allocation's stack
-  # (30 by default); the unwinding took a third of the chat templates' time.
-  # Running a reproducer by hand gives the whole stacks.
-  ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(ls /usr/lib/llvm-$V/bin/llvm-symbolizer 2>/dev/null || true)} \
-  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0:malloc_context_size=8} \
-  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-  OMP_NUM_THREADS=1 \
-    "$BUILD/$t" "${limit[@]}" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout="${FUZZ_TIMEOUT:-10}" -print_final_stats=1 \
-      -max_len="$(max_len "$t")" -artifact_prefix="$crashes/" "$corpus" "$SEEDS/$t" >"$log" 2>&1 || rc=$?
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   # libFuzzer's timeouts are wall-clock: on a loaded machine (a niced run
   # beside a build) a unit can be descheduled past -timeout. A timeout
   # reproducer that runs in time when tried again is set aside, not counted.
@@ -164,15 +176,16 @@ for t in "${TARGETS[@]}"; do
     if [ $unconfirmed -gt 0 ]; then findings="0 (stopped early by an unconfirmed timeout)"; else findings="rc=$rc"; fi
   fi
   [[ "$findings" != 0* ]] && status=1
-  stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -n1; }
-  last=$(grep -E '^#[0-9]+' "$log" | tail -n1 || true)
-  cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
-  ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+  # executions and executions/s: the jobs' sum; cov and ft: the most any job reached
+  stat() { for l in "${logs[@]}"; do sed -n "s/^stat::$1: *//p" "$l" | tail -n1; done | awk '{ n += $1 } END { if (NR) print n }'; }
+  most() { for l in "${logs[@]}"; do grep -E '^#[0-9]+' "$l" | tail -n1 || true; done |
+             sed -n "s/.* $1: \([0-9]*\).*/\1/p" | sort -n | tail -n1; }
+  cov=$(most cov) ft=$(most ft)
   printf '%-20s %12s %9s %7s %8s %8s %9s\n' "$t" "$(stat number_of_executed_units)" "$(stat average_exec_per_sec)" \
     "${cov:-?}" "${ft:-?}" "$(find "$corpus" -type f | wc -l)" "$findings"
   cat "$log.notes"
   if [[ "$findings" != 0* ]]; then
-    grep -E 'ERROR: |runtime error|SUMMARY|fuzz_[a-z_]+: |Test unit written' "$log" | head -n 5 | sed 's/^/    /'
+    cat "${logs[@]}" | grep -E 'ERROR: |runtime error|SUMMARY|fuzz_[a-z_]+: |Test unit written' | head -n 5 | sed 's/^/    /'
   fi
 done
 exit $status
