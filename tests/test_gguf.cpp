@@ -307,6 +307,42 @@ TEST(GgufReader, RejectsMisalignedOffset) {
     EXPECT_REJECTED(h, "expected a multiple of the alignment 8");
 }
 
+// general.alignment 1 (found by fuzz_gguf): a tensor's values must still lie
+// where they can be read in place, at a multiple of the largest power of two
+// (at most 8) that divides a value's or block's bytes.
+TEST(GgufReader, RejectsValuesAlignmentCannotRead) {
+    struct Case {
+        ggml_type type;
+        int64_t ne;
+        uint64_t shift;  // bytes past an 8-byte boundary where the values start
+        uint64_t need;   // 0: accepted
+    };
+    const Case cases[] = {
+        {GGML_TYPE_F16, 4, 1, 2},  {GGML_TYPE_F16, 4, 2, 0},  {GGML_TYPE_BF16, 4, 3, 2}, {GGML_TYPE_F32, 4, 2, 4},
+        {GGML_TYPE_F32, 4, 4, 0},  {GGML_TYPE_F64, 2, 4, 8},  {GGML_TYPE_I8, 4, 1, 0},   {GGML_TYPE_Q8_0, 32, 1, 2},
+        {GGML_TYPE_Q8_0, 32, 2, 0}, {GGML_TYPE_Q8_K, 256, 2, 4}, {GGML_TYPE_Q4_K, 256, 4, 8},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(fmt::format("{} at 8k + {}", ggml_type_name(c.type), c.shift));
+        auto build = [&](uint64_t offset) {
+            Bytes f;
+            f.header(1, 1).kv_u32("general.alignment", 1).tensor("w", {c.ne}, c.type, offset);
+            return f;
+        };
+        const uint64_t data = build(0).b.size();  // with alignment 1 the data follows the tensor infos
+        const uint64_t offset = (8 - data % 8 + c.shift) % 8;
+        Bytes f = build(offset);
+        f.zeros(offset + 512);
+        if (c.need == 0) {
+            EXPECT_EQ(open_error(f.b), "");
+        } else {
+            EXPECT_REJECTED(f, fmt::format("tensor 'w' ({}) starts at byte {} of the file, expected a multiple of {} to "
+                                           "read its values in place (general.alignment is 1)",
+                                           ggml_type_name(c.type), data + offset, c.need));
+        }
+    }
+}
+
 TEST(GgufReader, RejectsBadAlignmentKey) {
     Bytes f;
     f.header(0, 1).kv_u32("general.alignment", 24);

@@ -173,6 +173,17 @@ bool valid_tensor_type(uint32_t t) {
     return ggml_blck_size((ggml_type)t) > 0 && ggml_type_size((ggml_type)t) > 0;
 }
 
+// The alignment a tensor's values (or blocks) need to be read where they lie:
+// the largest power of two, at most 8, that divides a value's (or block's)
+// bytes. Every member of a block is aligned to a power of two that divides
+// the block's size, so this is enough for all of them (F16 and blocks with
+// an F16 scale: 2; F32 and Q8_K: 4; F64: 8), and any general.alignment of 8
+// or more meets it.
+uint64_t value_alignment(ggml_type type) {
+    const uint64_t size = ggml_type_size(type);
+    return std::min<uint64_t>(size & (~size + 1), 8);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- ValueType
@@ -565,6 +576,14 @@ void File::parse() {
         if (end > size_) {
             fail("{}: tensor '{}' lies past the end of the file (ends at byte {}, file has {})", path, t.name, end,
                  size_);
+        }
+        // A general.alignment below 8 can leave a tensor's values at an address
+        // they cannot be read from in place (an F16 value at an odd byte).
+        const uint64_t start = data_offset_ + t.offset, need = value_alignment(t.type);
+        if (start % need != 0) {
+            fail("{}: tensor '{}' ({}) starts at byte {} of the file, expected a multiple of {} to read its values in "
+                 "place (general.alignment is {})",
+                 path, t.name, ggml_type_name(t.type), start, need, alignment_);
         }
     }
 }
