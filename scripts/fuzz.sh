@@ -159,8 +159,12 @@ for t in "${TARGETS[@]}"; do
         -max_len="$(max_len "$t")" -artifact_prefix="$crashes/" "$corpus" "$SEEDS/$t" >"$l" 2>&1 &
     pids+=($!)
   done
+  # the first job to stop on a finding (or an error) interrupts the others
   rc=0
-  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  for _ in "${pids[@]}"; do
+    r=0; wait -n || r=$?  # (the jobs are this shell's only children now)
+    if [ $r -ne 0 ] && [ $rc -eq 0 ]; then rc=$r; kill -TERM "${pids[@]}" 2>/dev/null || true; fi
+  done
   # libFuzzer's timeouts are wall-clock: on a loaded machine (a niced run
   # beside a build) a unit can be descheduled past -timeout. A timeout
   # reproducer that runs in time when tried again is set aside, not counted.
