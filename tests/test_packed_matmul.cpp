@@ -372,7 +372,7 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
     EXPECT_EQ(graph::packed_kernels_name(), in_use);
 }
 
-// The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, IQ4_NL, Q2_K to Q6_K, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S) take the same float steps as
+// The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, IQ4_NL, Q2_K to Q6_K and every IQ type) take the same float steps as
 // the AVX-512 tiles after the same exact integer sums, so a prompt's products
 // are the AVX-512 set's bit for bit (the graph's results do not depend on
 // which of the two a CPU runs).
@@ -383,7 +383,8 @@ TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
     }
     for (const ggml_type type : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL,
                                  GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K,
-                                 GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ1_S}) {
+                                 GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ1_S, GGML_TYPE_IQ2_XS,
+                                 GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_M}) {
         SCOPED_TRACE(ggml_type_name(type));
         // 3 wide passes and 2 columns for the 8-column tiles; 10 row groups
         const int64_t n_in = 1024, n_out = 160, cols = 50;

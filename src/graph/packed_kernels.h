@@ -301,6 +301,7 @@ struct WideTiles {
     int cols;
     WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, q2_k;
     WideTileFn x4[kX4Types];  // by X4
+    WideTileFn iq2, iq1_m;    // the K16 IQ types: IQ2_XS and IQ2_S, IQ1_M
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -375,6 +376,9 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     case GGML_TYPE_IQ4_NL: return wide.iq4_nl;
     case GGML_TYPE_Q3_K: return wide.q3_k;
     case GGML_TYPE_Q2_K: return wide.q2_k;
+    case GGML_TYPE_IQ2_XS:
+    case GGML_TYPE_IQ2_S: return wide.iq2;
+    case GGML_TYPE_IQ1_M: return wide.iq1_m;
     default: return nullptr;
     }
 }

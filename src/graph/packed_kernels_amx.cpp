@@ -1,5 +1,6 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
-// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, K-quant and X4 (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S) matrices, 16 columns x 16 rows
+// prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, K-quant, X4 (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S) and
+// K16 IQ (IQ2_XS, IQ2_S, IQ1_M) matrices, 16 columns x 16 rows
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
@@ -18,6 +19,7 @@
 
 #include <cstring>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -257,22 +259,34 @@ inline void stage_unit(const __m512i *v, __m512i s_lo, __m512i s_hi, uint8_t *lo
     }
 }
 
-// Q4_K, Q5_K (kBlock kQ5Block: the fifth bits after Q4_K's layout) or
-// the X4 types (kX4Block, the table kTable): units with one byte of scale
-// per row. IQ4_XS's B holds (t[q] + 128) x the signed scale (at most 241 x
-// 32; IQ3_S's 143 x 31, IQ3_XXS's 190 x 31, IQ2_XXS's 171 x 31, IQ1_S's 137
-// x 15), its high byte signed as Q6_K's;
-// x4_accumulate takes 128 x scale x the input's sums per 32 back.
-template <size_t kBlock, X4 kTable>
+// The super-block types k_tiles takes: Q4_K and Q5_K (below), an X4 type
+// (one scale per 32 and a table) or a K16 type (a scale per 16), each with
+// its block size and whether its products have a high byte (Q2_K's, at
+// most 3 x 15, have none).
+enum class Q45 { q4_k, q5_k };
+constexpr size_t block_of(Q45 t) { return t == Q45::q5_k ? kQ5Block : kQ4Block; }
+constexpr size_t block_of(X4) { return kX4Block; }
+constexpr size_t block_of(K16 t) { return k16_block(t); }
+constexpr bool high_bytes(Q45) { return true; }
+constexpr bool high_bytes(X4) { return true; }
+constexpr bool high_bytes(K16 t) { return t != K16::q2_k; }
+
+// Q4_K, Q5_K (the fifth bits after Q4_K's layout) or an X4 type (its
+// table): units with one byte of scale per row. IQ4_XS's B holds (t[q] +
+// 128) x the signed scale (at most 241 x 32; IQ3_S's 143 x 31, IQ3_XXS's
+// 190 x 31, IQ2_XXS's 171 x 31, IQ1_S's 137 x 15), its high byte signed as
+// Q6_K's; x4_accumulate takes 128 x scale x the input's sums per 32 back.
+template <auto kType>
 void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
-    constexpr size_t kSc = kBlock == kX4Block ? kX4Sc : kQ4Sc;
-    for (int64_t b = 0; b < nb; ++b, w += kBlock) {
+    constexpr bool kX4 = std::is_same_v<decltype(kType), X4>;
+    constexpr size_t kSc = kX4 ? kX4Sc : kQ4Sc;
+    for (int64_t b = 0; b < nb; ++b, w += block_of(kType)) {
         for (int j = 0; j < 8; ++j) {
             __m512i v[8];
-            if constexpr (kBlock == kQ5Block) {
+            if constexpr (kX4) {
+                load_x4_unit<kType>(w, j, v);
+            } else if constexpr (kType == Q45::q5_k) {
                 load_q5_k_unit(w, j, v);
-            } else if constexpr (kBlock == kX4Block) {
-                load_x4_unit<kTable>(w, j, v);
             } else {
                 load_nibbles(w + kQ4Qs + 256 * j, v);
             }
@@ -282,7 +296,9 @@ void stage_q4_k(const uint8_t *w, int64_t nb, Staged *out) {
     }
 }
 
-// Q6_K, Q3_K or Q2_K: units with a byte of scale per row and sub-block of 16.
+// A K16 type: units with a byte of scale per row and sub-block of 16. The
+// IQ types' B holds (t[q] + 128) x the scale 2 ls + 1 (at most 171 x 31),
+// and k16_step takes the 128 back as it takes Q6_K's 32.
 template <K16 kType>
 void stage_k16(const uint8_t *w, int64_t nb, Staged *out) {
     constexpr size_t kSc = kType == K16::q2_k ? kQ2Sc : kQ6Sc;
@@ -374,18 +390,17 @@ inline void k_block(const uint8_t *xb, size_t x_stride, const Staged &st, Sums (
     tile_store<kHi>(out[1]);
 }
 
-// y for `groups` groups of a K-quant or an X4 type (super-blocks of
-// kBlock bytes; the X4 types' table kTable) and `cols` columns (a multiple
-// of 16) of Q8_K-prepared input.
-template <size_t kBlock, X4 kTable = X4::iq4_xs>
+// y for `groups` groups of a K-quant, an X4 or a K16 type (kType: a Q45,
+// X4 or K16) and `cols` columns (a multiple of 16) of Q8_K-prepared input.
+template <auto kType>
 void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, const uint8_t *xq, size_t x_stride,
              int64_t cols, float *y, int64_t ldy) {
     load_config(kKConfig);
-    // the K16 types (sums per 16) by their block sizes, which differ from the others'
-    constexpr bool kK16 = kBlock == kQ6Block || kBlock == kQ3Block || kBlock == kQ2Block, kX4 = kBlock == kX4Block;
-    constexpr K16 kType = kBlock == kQ6Block ? K16::q6_k : kBlock == kQ3Block ? K16::q3_k : K16::q2_k;
+    // the K16 types take the input's sums per 16, the others its sums per 32
+    constexpr bool kK16 = std::is_same_v<decltype(kType), K16>, kX4 = std::is_same_v<decltype(kType), X4>;
+    constexpr bool kHigh = high_bytes(kType);
     const int64_t sets = cols / 16;
-    const size_t block = kBlock;
+    const size_t block = block_of(kType);
     thread_local std::vector<KColumns> columns;
     thread_local std::vector<Staged> staged;
     columns.resize(nb * sets);
@@ -408,7 +423,7 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
         if constexpr (kK16) {
             stage_k16<kType>(w, nb, staged.data());
         } else {
-            stage_q4_k<kBlock, kTable>(w, nb, staged.data());
+            stage_q4_k<kType>(w, nb, staged.data());
         }
         tile_fence();
         for (int64_t s = 0; s < sets; ++s) {
@@ -420,7 +435,7 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
                 if constexpr (kK16) {
                     k16_accumulate<kType>(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else if constexpr (kX4) {
-                    x4_accumulate<kTable>(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
+                    x4_accumulate<kType>(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 } else {
                     q4_k_accumulate(acc, sums[b % 2][0], sums[b % 2][1], w + b * block, xc[b]);
                 }
@@ -428,9 +443,9 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *xb = xs + b * kKColBlock + kKQs;
                 if (b % 2 == 0) {
-                    k_block<2, 3, kK16 || kX4, kBlock != kQ2Block>(xb, x_stride, staged[b], sums[0]);
+                    k_block<2, 3, kK16 || kX4, kHigh>(xb, x_stride, staged[b], sums[0]);
                 } else {
-                    k_block<5, 6, kK16 || kX4, kBlock != kQ2Block>(xb, x_stride, staged[b], sums[1]);
+                    k_block<5, 6, kK16 || kX4, kHigh>(xb, x_stride, staged[b], sums[1]);
                 }
                 if (b > 0) accumulate(b - 1);
             }
@@ -462,18 +477,20 @@ bool amx_usable() {
 const WideTiles *amx_tiles() {
     static const WideTiles tiles{16,
                                  q8_0_tiles<Block32::q8_0>,
-                                 k_tiles<kQ4Block>,
-                                 k_tiles<kQ6Block>,
-                                 k_tiles<kQ5Block>,
+                                 k_tiles<Q45::q4_k>,
+                                 k_tiles<K16::q6_k>,
+                                 k_tiles<Q45::q5_k>,
                                  q8_0_tiles<Block32::q4_0>,
                                  q8_0_tiles<Block32::q4_1>,
                                  q8_0_tiles<Block32::q5_0>,
                                  q8_0_tiles<Block32::q5_1>,
                                  q8_0_tiles<Block32::iq4_nl>,
-                                 k_tiles<kQ3Block>,
-                                 k_tiles<kQ2Block>,
-                                 {k_tiles<kX4Block, X4::iq4_xs>, k_tiles<kX4Block, X4::iq3_s>, k_tiles<kX4Block, X4::iq3_xxs>,
-                                  k_tiles<kX4Block, X4::iq2_xxs>, k_tiles<kX4Block, X4::iq1_s>},
+                                 k_tiles<K16::q3_k>,
+                                 k_tiles<K16::q2_k>,
+                                 {k_tiles<X4::iq4_xs>, k_tiles<X4::iq3_s>, k_tiles<X4::iq3_xxs>, k_tiles<X4::iq2_xxs>,
+                                  k_tiles<X4::iq1_s>},
+                                 k_tiles<K16::iq2>,
+                                 k_tiles<K16::iq1_m>,
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

@@ -1,7 +1,7 @@
 // toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, every IQ type and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
-// Q4_0 to Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S and the K-quants' prompts where the CPU has AMX, packed_kernels_amx.cpp),
+// Q4_0 to Q5_1, IQ4_NL, the K-quants' and every IQ type's prompts where the CPU has AMX, packed_kernels_amx.cpp),
 // where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
@@ -80,8 +80,7 @@
 //   table (IQ1_M's entries each from the grid of its delta); Q6_K's tile
 //   with the table's offset (+ 128) taken back with the input's sums per 16,
 //   d times 1/8. 4.56 bits a weight: 1.97, 1.78 and 2.61 times IQ2_XS,
-//   IQ2_S and IQ1_M, with IQ2_XXS's memory rule; no AMX tiles (the AVX-512
-//   set's run their prompts there).
+//   IQ2_S and IQ1_M, with IQ2_XXS's memory rule.
 // - BF16 (CPUs with AVX512_BF16): per pair of inputs, the 16 rows' two
 //   bfloat16 side by side; VDPBF16PS against the input rounded to bfloat16
 //   as ggml rounds it, each product exact in float32. Same size as BF16.
