@@ -47,6 +47,8 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         KernelSetScope native("avx512");
         if (!native.ok() || !graph::packed_matmul_supports(type, shape, 2)) GTEST_SKIP() << "no packed BF16 on this CPU";
     }
+    // the amx set has AMX tiles for every type's prompts but F16's (BF16's with AMX-BF16, which every AMX CPU has)
+    if (set == "amx") EXPECT_EQ(graph::packed_wide_tiles(type), type != GGML_TYPE_F16);
     std::mt19937 rng(11);
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (const Case &k : std::vector<Case>{{32, 16, 1, false},
@@ -71,7 +73,8 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
                                            // one block, an odd count, more groups than a pass
                                            {32, 160, 16, false},
                                            {96, 160, 33, true},
-                                           {1024, 144, 48, false}}) {
+                                           {1024, 144, 48, false},
+                                           {100, 160, 32, false}}) {  // F16, BF16: 50 pairs, a tile's 16 and a tail of 2
         const int64_t block = type == GGML_TYPE_BF16 ? 2 : ggml_blck_size(type);  // BF16 packs pairs of inputs
         if (k.n_in % block != 0) continue;
         SCOPED_TRACE(fmt::format("n_in {} n_out {} columns {}{}", k.n_in, k.n_out, k.cols, k.strided ? " strided" : ""));
@@ -375,7 +378,8 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
 // The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, IQ4_NL, Q2_K to Q6_K and every IQ type) take the same float steps as
 // the AVX-512 tiles after the same exact integer sums, so a prompt's products
 // are the AVX-512 set's bit for bit (the graph's results do not depend on
-// which of the two a CPU runs).
+// which of the two a CPU runs). BF16's tiles add their exact float products
+// in another order than VDPBF16PS: EqualsGgmlsMatmulForEveryTiling checks them.
 TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
     {
         KernelSetScope amx("amx");

@@ -1,6 +1,6 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
 // prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, K-quant, X4 (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S) and
-// K16 IQ (IQ2_XS, IQ2_S, IQ1_M) matrices, 16 columns x 16 rows
+// K16 IQ (IQ2_XS, IQ2_S, IQ1_M) matrices, 16 columns x 16 rows (BF16 ones with AMX-BF16, below)
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
@@ -29,7 +29,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")
+TOY_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8,amx-bf16")
 
 namespace toy::graph::packed {
 namespace {
@@ -456,6 +456,109 @@ void k_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t nb, c
     }
 }
 
+// ---- BF16 ----
+//
+// The packed BF16 layout is TDPBF16PS's B operand as it is (per pair of
+// inputs, the group's 16 rows' two bfloat16 side by side: 16 pairs, 32
+// inputs, a tile of 16 rows of 64 bytes) and the prepared columns
+// (bfloat16) its A operand, so nothing is staged. Each product is exact in
+// float32, as in the AVX-512 tile, but the tiles add them in their own
+// order: the results are the AVX-512 set's up to float summation order, not
+// bit for bit as the integer tiles'. Up to 2 column sets x 2 groups at a
+// time (A tiles 0-1, B tiles 2-3, C tiles 4-7), the C tiles kept over the
+// whole row and stored straight into y.
+constexpr TileConfig kBf16Config = config({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}});
+
+template <int C, int A, int B>
+inline void tile_dot_bf16() {
+    asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+}
+template <int T>
+inline void tile_store_rows(float *base, int64_t ld) {  // row m at base + m * ld
+    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(static_cast<long>(ld * sizeof(float))), "i"(T) : "memory");
+}
+
+// A tile of 16 rows of 64 bytes, zero past what it was given: a row's last
+// pairs (fewer than 16), so that the tile multiplies zeros beyond them.
+struct alignas(64) Padded {
+    uint8_t b[16 * 64];
+};
+
+// C tile 4 + 2 s + g += A tile s . B tile g, for the S column sets and G groups in use.
+template <int S, int G>
+inline void bf16_dots() {
+    tile_dot_bf16<4, 0, 2>();
+    if constexpr (G == 2) tile_dot_bf16<5, 0, 3>();
+    if constexpr (S == 2) tile_dot_bf16<6, 1, 2>();
+    if constexpr (S == 2 && G == 2) tile_dot_bf16<7, 1, 3>();
+}
+
+// S sets of 16 columns (x) times G groups (w): `steps` tiles of 32 inputs,
+// then the padded tails (null: none).
+template <int S, int G>
+void bf16_block(const uint8_t *w, size_t group_bytes, int64_t steps, const uint8_t *x, size_t x_stride, const Padded *a_tail,
+                const Padded *b_tail, float *y, int64_t ldy) {
+    tile_zero<4>();
+    if constexpr (G == 2) tile_zero<5>();
+    if constexpr (S == 2) tile_zero<6>();
+    if constexpr (S == 2 && G == 2) tile_zero<7>();
+    for (int64_t k = 0; k < steps; ++k) {
+        tile_load<0>(x + 64 * k, x_stride);
+        if constexpr (S == 2) tile_load<1>(x + 16 * x_stride + 64 * k, x_stride);
+        tile_load<2>(w + 1024 * k, 64);
+        if constexpr (G == 2) tile_load<3>(w + group_bytes + 1024 * k, 64);
+        bf16_dots<S, G>();
+    }
+    if (a_tail) {
+        tile_load<0>(a_tail[0].b, 64);
+        if constexpr (S == 2) tile_load<1>(a_tail[1].b, 64);
+        tile_load<2>(b_tail[0].b, 64);
+        if constexpr (G == 2) tile_load<3>(b_tail[1].b, 64);
+        bf16_dots<S, G>();
+    }
+    tile_store_rows<4>(y, ldy);
+    if constexpr (G == 2) tile_store_rows<5>(y + kRows, ldy);
+    if constexpr (S == 2) tile_store_rows<6>(y + 16 * ldy, ldy);
+    if constexpr (S == 2 && G == 2) tile_store_rows<7>(y + 16 * ldy + kRows, ldy);
+}
+
+// y for `groups` groups of packed BF16 (`n_pairs` pairs of inputs) and
+// `cols` columns (a multiple of 16) of bfloat16 input.
+void bf16_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t n_pairs, const uint8_t *x, size_t x_stride,
+                int64_t cols, float *y, int64_t ldy) {
+    load_config(kBf16Config);
+    const int64_t steps = n_pairs / 16, tail = n_pairs % 16, sets = cols / 16;
+    thread_local std::vector<Padded> a_tail, b_tail;
+    if (tail) {
+        a_tail.assign(sets, Padded{});
+        b_tail.assign(groups, Padded{});
+        for (int64_t s = 0; s < sets; ++s) {
+            for (int m = 0; m < 16; ++m) std::memcpy(a_tail[s].b + 64 * m, x + (16 * s + m) * x_stride + 64 * steps, 4 * tail);
+        }
+        for (int64_t g = 0; g < groups; ++g) std::memcpy(b_tail[g].b, w + g * group_bytes + 1024 * steps, 64 * tail);
+        tile_fence();
+    }
+    for (int64_t g = 0; g < groups; g += 2) {
+        const uint8_t *wg = w + g * group_bytes;
+        const Padded *bt = tail ? &b_tail[g] : nullptr;
+        for (int64_t s = 0; s < sets; s += 2) {
+            const uint8_t *xs = x + 16 * s * x_stride;
+            const Padded *at = tail ? &a_tail[s] : nullptr;
+            float *ys = y + 16 * s * ldy + g * kRows;
+            const bool two_groups = g + 1 < groups, two_sets = s + 1 < sets;
+            if (two_groups && two_sets) {
+                bf16_block<2, 2>(wg, group_bytes, steps, xs, x_stride, at, bt, ys, ldy);
+            } else if (two_sets) {
+                bf16_block<2, 1>(wg, group_bytes, steps, xs, x_stride, at, bt, ys, ldy);
+            } else if (two_groups) {
+                bf16_block<1, 2>(wg, group_bytes, steps, xs, x_stride, at, bt, ys, ldy);
+            } else {
+                bf16_block<1, 1>(wg, group_bytes, steps, xs, x_stride, at, bt, ys, ldy);
+            }
+        }
+    }
+}
+
 // Whether the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state
 // (XCR0 bits 17 and 18), and Linux lets this process use it
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), once per process).
@@ -468,6 +571,12 @@ bool amx_usable() {
     if ((lo & (3u << 17)) != (3u << 17)) return false;
     constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+}
+
+// Whether the CPU has AMX-BF16 (every AMX CPU so far; asked after amx_usable).
+bool amx_bf16() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
 }
 
 #pragma GCC diagnostic pop
@@ -491,6 +600,7 @@ const WideTiles *amx_tiles() {
                                   k_tiles<X4::iq1_s>},
                                  k_tiles<K16::iq2>,
                                  k_tiles<K16::iq1_m>,
+                                 amx_bf16() ? bf16_tiles : nullptr,
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

@@ -1,7 +1,7 @@
 // toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, every IQ type and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
 // packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
-// Q4_0 to Q5_1, IQ4_NL, the K-quants' and every IQ type's prompts where the CPU has AMX, packed_kernels_amx.cpp),
+// Q4_0 to Q5_1, IQ4_NL, the K-quants', every IQ type's and BF16's prompts where the CPU has AMX, packed_kernels_amx.cpp),
 // where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
@@ -83,7 +83,8 @@
 //   IQ2_S and IQ1_M, with IQ2_XXS's memory rule.
 // - BF16 (CPUs with AVX512_BF16): per pair of inputs, the 16 rows' two
 //   bfloat16 side by side; VDPBF16PS against the input rounded to bfloat16
-//   as ggml rounds it, each product exact in float32. Same size as BF16.
+//   as ggml rounds it, each product exact in float32 (AMX: the layout is
+//   TDPBF16PS's B operand as it is). Same size as BF16.
 //   BF16 files, and F16 ones loaded with --weight-type bf16 (twice F16's
 //   multiply-adds per instruction).
 //
@@ -116,7 +117,7 @@ bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 // packing at all).
 const char *packed_kernels_name();
 // Whether the set in use has wide tiles (AMX) for prompts through matrices
-// of `type` (all but F16 and BF16 on the amx set).
+// of `type` (all but F16 on the amx set; BF16 where the CPU has AMX-BF16).
 bool packed_wide_tiles(ggml_type type);
 // Switches to the named set ("amx", "avx512" or "avx2") if the CPU runs it and a
 // set is in use (the layouts are the same, so packed matrices stay valid);
