@@ -47,8 +47,8 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         KernelSetScope native("avx512");
         if (!native.ok() || !graph::packed_matmul_supports(type, shape, 2)) GTEST_SKIP() << "no packed BF16 on this CPU";
     }
-    // the amx set has AMX tiles for every type's prompts but F16's (BF16's with AMX-BF16, which every AMX CPU has)
-    if (set == "amx") EXPECT_EQ(graph::packed_wide_tiles(type), type != GGML_TYPE_F16);
+    // the amx set has AMX tiles for every type's prompts (F16's and BF16's with AMX-BF16, which every AMX CPU has)
+    if (set == "amx") EXPECT_TRUE(graph::packed_wide_tiles(type));
     std::mt19937 rng(11);
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (const Case &k : std::vector<Case>{{32, 16, 1, false},
@@ -378,8 +378,8 @@ TEST(PackedMatmul, SupportsItsTypesInMatricesOfWholeRowGroupsAndBlocks) {
 // The amx set's wide tiles (Q8_0, Q4_0 to Q5_1, IQ4_NL, Q2_K to Q6_K and every IQ type) take the same float steps as
 // the AVX-512 tiles after the same exact integer sums, so a prompt's products
 // are the AVX-512 set's bit for bit (the graph's results do not depend on
-// which of the two a CPU runs). BF16's tiles add their exact float products
-// in another order than VDPBF16PS: EqualsGgmlsMatmulForEveryTiling checks them.
+// which of the two a CPU runs). F16's and BF16's tiles add their exact float
+// products in another order than the AVX-512 set's FMAs: EqualsGgmlsMatmulForEveryTiling checks them.
 TEST(PackedMatmul, AmxTilesGiveTheAvx512Results) {
     {
         KernelSetScope amx("amx");

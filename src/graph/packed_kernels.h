@@ -302,7 +302,7 @@ struct WideTiles {
     WideTileFn q8_0, q4_k, q6_k, q5_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, q2_k;
     WideTileFn x4[kX4Types];  // by X4
     WideTileFn iq2, iq1_m;    // the K16 IQ types: IQ2_XS and IQ2_S, IQ1_M
-    WideTileFn bf16;          // null where the CPU has no AMX-BF16
+    WideTileFn bf16, f16;     // null where the CPU has no AMX-BF16
     void (*enter)(TileState *saved);
     void (*leave)(const TileState *saved);
 };
@@ -322,7 +322,7 @@ struct KernelSet {
     // `nb` packed Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL blocks of a group at w expanded
     // to Q8_0's layout or q5_1x's at out (expanded_tiles_for's tiles take them)
     void (*expand)(ggml_type type, const uint8_t *w, int64_t nb, uint8_t *out);
-    // AMX tiles for prompts through every type but F16 (the "amx"
+    // AMX tiles for prompts through every type (the "amx"
     // set: AVX-512's plus these), or null
     const WideTiles *wide = nullptr;
 };
@@ -381,6 +381,7 @@ inline WideTileFn wide_tiles_for(const WideTiles &wide, ggml_type type) {
     case GGML_TYPE_IQ2_S: return wide.iq2;
     case GGML_TYPE_IQ1_M: return wide.iq1_m;
     case GGML_TYPE_BF16: return wide.bf16;
+    case GGML_TYPE_F16: return wide.f16;
     default: return nullptr;
     }
 }

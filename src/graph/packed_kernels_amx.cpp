@@ -1,6 +1,6 @@
 // toy's AMX tiles (Intel AMX-TILE and AMX-INT8, Sapphire Rapids and later):
 // prompts through packed Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, K-quant, X4 (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ1_S) and
-// K16 IQ (IQ2_XS, IQ2_S, IQ1_M) matrices, 16 columns x 16 rows (BF16 ones with AMX-BF16, below)
+// K16 IQ (IQ2_XS, IQ2_S, IQ1_M) matrices, 16 columns x 16 rows (BF16 and F16 ones with AMX-BF16, below)
 // at a time. The packed Q8_0 layout is already what a TDPBSUD's B operand
 // reads (per block, 8 rows of 64 bytes: inputs 4j..4j+3 of the 16 rows) and
 // the prepared input columns are its A operand (16 columns, 32 signed
@@ -17,6 +17,7 @@
 #include "graph/packed_avx512_inline.h"
 #include "graph/packed_kernels.h"
 
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <type_traits>
@@ -559,6 +560,117 @@ void bf16_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t n_
     }
 }
 
+// ---- F16 ----
+//
+// An F16 value (11 significant bits) is the sum of two bfloat16: hi, its
+// float32 bits' upper half (8 significant bits), and lo = value - hi (at
+// most the 3 bits left), both exact. So is an input rounded to F16 as ggml
+// rounds it (round_column), and w x = hi hi + hi lo + lo hi + lo lo: four
+// TDPBF16PS per tile of 32 inputs, each product exact in float32, where the
+// AVX-512 tile takes one float32 FMA per product (with AMX-BF16 a quarter of
+// the time). The sums' order differs, as BF16's does. A group's weights are
+// staged as B (hi and lo pairs), the column sets' inputs as A, both padded
+// with zeros to whole tiles of 32 inputs.
+
+// The hi and lo bfloat16 of 16 float32 (F16 values), as 32-bit lanes of
+// which `shift` picks the upper half (0) or moves it to the lower (16).
+struct HiLo {
+    __m512i hi, lo;
+};
+inline HiLo split_f16(__m512 v, int shift) {
+    const __m512i bits = _mm512_castps_si512(v), hi = _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    // lo: what hi leaves, exact (0 for an infinity or NaN, which hi carries)
+    const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+    const __m512i lo = _mm512_maskz_mov_epi32(finite, _mm512_castps_si512(_mm512_sub_ps(v, _mm512_castsi512_ps(hi))));
+    return {_mm512_srli_epi32(hi, shift), _mm512_srli_epi32(lo, shift)};
+}
+
+// A group's weights for the F16 tiles: per tile of 32 inputs, 16 rows of
+// pairs (B's 1 KiB) of hi, then of lo.
+struct alignas(64) F16Staged {
+    uint8_t hi[1024], lo[1024];
+};
+void stage_f16(const uint8_t *w, int64_t n_in, int64_t steps, F16Staged *out) {
+    for (int64_t k = 0; k < 32 * steps; k += 2) {
+        uint8_t *hi = out[k / 32].hi + 64 * (k % 32 / 2), *lo = out[k / 32].lo + 64 * (k % 32 / 2);
+        // the 16 rows' inputs k and k + 1 (zero past n_in)
+        const __m512 a = k < n_in ? load_f16x16(w + 32 * k) : _mm512_setzero_ps();
+        const __m512 b = k + 1 < n_in ? load_f16x16(w + 32 * (k + 1)) : _mm512_setzero_ps();
+        const HiLo ea = split_f16(a, 16), ob = split_f16(b, 0);
+        _mm512_store_si512(hi, _mm512_or_si512(ea.hi, ob.hi));
+        _mm512_store_si512(lo, _mm512_or_si512(ea.lo, ob.lo));
+    }
+}
+
+// A set of 16 columns for the F16 tiles: per tile of 32 inputs, the
+// columns' hi (16 rows of 64 bytes), then their lo.
+void stage_f16_columns(const uint8_t *x, size_t x_stride, int64_t n_in, int64_t steps, F16Staged *out) {
+    for (int m = 0; m < 16; ++m) {
+        const float *xc = reinterpret_cast<const float *>(x + m * x_stride);
+        for (int64_t k = 0; k < 32 * steps; k += 16) {
+            const __mmask16 in = n_in - k >= 16 ? __mmask16(0xFFFF) : k < n_in ? __mmask16((1u << (n_in - k)) - 1) : __mmask16(0);
+            const HiLo v = split_f16(_mm512_maskz_loadu_ps(in, xc + k), 16);
+            uint8_t *hi = out[k / 32].hi + 64 * m + 2 * (k % 32), *lo = out[k / 32].lo + 64 * m + 2 * (k % 32);
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(hi), _mm512_cvtepi32_epi16(v.hi));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(lo), _mm512_cvtepi32_epi16(v.lo));
+        }
+    }
+}
+
+// C tile 4 + 2 s += the four products of A's hi (tile 2 s) and lo (2 s + 1)
+// with B's hi (6) and lo (7), for the S column sets in use.
+template <int S>
+inline void f16_dots() {
+    tile_dot_bf16<4, 0, 6>();
+    tile_dot_bf16<4, 0, 7>();
+    tile_dot_bf16<4, 1, 6>();
+    tile_dot_bf16<4, 1, 7>();
+    if constexpr (S == 2) {
+        tile_dot_bf16<5, 2, 6>();
+        tile_dot_bf16<5, 2, 7>();
+        tile_dot_bf16<5, 3, 6>();
+        tile_dot_bf16<5, 3, 7>();
+    }
+}
+
+// y for `groups` groups of packed F16 (`n_in` inputs) and `cols` columns (a
+// multiple of 16) of input rounded to F16 (float32), 2 column sets a pass.
+void f16_tiles(const uint8_t *w, size_t group_bytes, int64_t groups, int64_t n_in, const uint8_t *x, size_t x_stride, int64_t cols,
+               float *y, int64_t ldy) {
+    load_config(kBf16Config);
+    const int64_t steps = (n_in + 31) / 32, sets = cols / 16;
+    thread_local std::vector<F16Staged> staged_w, staged_x;
+    staged_w.resize(steps);
+    staged_x.resize(steps * sets);
+    for (int64_t s = 0; s < sets; ++s) stage_f16_columns(x + 16 * s * x_stride, x_stride, n_in, steps, &staged_x[s * steps]);
+    for (int64_t g = 0; g < groups; ++g, w += group_bytes) {
+        stage_f16(w, n_in, steps, staged_w.data());
+        tile_fence();
+        for (int64_t s = 0; s < sets; s += 2) {
+            const F16Staged *a0 = &staged_x[s * steps], *a1 = a0 + steps;
+            const bool two = s + 1 < sets;
+            tile_zero<4>();
+            if (two) tile_zero<5>();
+            for (int64_t k = 0; k < steps; ++k) {
+                tile_load<0>(a0[k].hi, 64);
+                tile_load<1>(a0[k].lo, 64);
+                tile_load<6>(staged_w[k].hi, 64);
+                tile_load<7>(staged_w[k].lo, 64);
+                if (two) {
+                    tile_load<2>(a1[k].hi, 64);
+                    tile_load<3>(a1[k].lo, 64);
+                    f16_dots<2>();
+                } else {
+                    f16_dots<1>();
+                }
+            }
+            float *ys = y + 16 * s * ldy + g * kRows;
+            tile_store_rows<4>(ys, ldy);
+            if (two) tile_store_rows<5>(ys + 16 * ldy, ldy);
+        }
+    }
+}
+
 // Whether the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state
 // (XCR0 bits 17 and 18), and Linux lets this process use it
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), once per process).
@@ -601,6 +713,7 @@ const WideTiles *amx_tiles() {
                                  k_tiles<K16::iq2>,
                                  k_tiles<K16::iq1_m>,
                                  amx_bf16() ? bf16_tiles : nullptr,
+                                 amx_bf16() ? f16_tiles : nullptr,
                                  enter,
                                  leave};
     static const bool usable = amx_usable();

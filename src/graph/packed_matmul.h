@@ -1,7 +1,7 @@
 // toy's own matrix-multiply kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, Q2_K to Q6_K, every IQ type and BF16 weights on
 // x86 CPUs with AVX-512 VNNI or AVX2 (packed_kernels_avx512.cpp,
-// packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for Q8_0,
-// Q4_0 to Q5_1, IQ4_NL, the K-quants', every IQ type's and BF16's prompts where the CPU has AMX, packed_kernels_amx.cpp),
+// packed_kernels_avx2.cpp, chosen at run time; with AMX tiles for every
+// type's prompts where the CPU has AMX, packed_kernels_amx.cpp),
 // where ggml has no repacked
 // layout for Q8_0 and F16 (its tinyBLAS and vec_dot paths reload every
 // weight block once per column) and its Q4_K repack is a 256-bit kernel.
@@ -29,7 +29,8 @@
 //   t[q] + 128, Q8_0's form.
 // - F16: per input, the 16 rows' weights; VCVTPH2PS + FMA with float32
 //   columns rounded through fp16 first (as ggml rounds them), so every
-//   product is ggml's, exact in float32. Same size as F16.
+//   product is ggml's, exact in float32 (AMX: each value and input as two
+//   bfloat16, their four products through TDPBF16PS). Same size as F16.
 // - Q4_K and Q6_K: per super-block of 256 inputs, the rows' scales unpacked
 //   to bytes, then the quants (4-bit, plus Q6_K's 2 high bits in their own
 //   planes) as unsigned bytes interleaved 4 per row, two 4-bit values per
@@ -117,7 +118,7 @@ bool packed_matmul_supports(ggml_type type, const int64_t *ne, int n_dims);
 // packing at all).
 const char *packed_kernels_name();
 // Whether the set in use has wide tiles (AMX) for prompts through matrices
-// of `type` (all but F16 on the amx set; BF16 where the CPU has AMX-BF16).
+// of `type` (every type on the amx set; F16 and BF16 where the CPU has AMX-BF16).
 bool packed_wide_tiles(ggml_type type);
 // Switches to the named set ("amx", "avx512" or "avx2") if the CPU runs it and a
 // set is in use (the layouts are the same, so packed matrices stay valid);
