@@ -5,7 +5,7 @@
 //   toy_tile_bench TYPE N_IN N_OUT [COLUMNS] [MIB]
 //     TYPE     a type the packed kernels take, by ggml's name in any case:
 //              q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m,
-//              f16 (a matrix [N_IN, N_OUT] of random values)
+//              f16, bf16 (where the set runs it) (a matrix [N_IN, N_OUT] of random values)
 //     COLUMNS  input columns per product, 1-8 (1: decoding), or a
 //              multiple of 16 on the amx set (its AMX tiles)        [1]
 //     MIB      distinct copies of the matrix cycled through, at least this
@@ -155,8 +155,7 @@ int main(int argc, char **argv) {
     ggml_type type = GGML_TYPE_COUNT;
     for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
         const char *name = ggml_type_name(static_cast<ggml_type>(t));
-        if (name && strcasecmp(name, type_name.c_str()) == 0 && tiles_for(*k, static_cast<ggml_type>(t)) &&
-            static_cast<ggml_type>(t) != GGML_TYPE_BF16) {
+        if (name && strcasecmp(name, type_name.c_str()) == 0 && tiles_for(*k, static_cast<ggml_type>(t))) {
             type = static_cast<ggml_type>(t);
         }
     }
@@ -164,7 +163,7 @@ int main(int argc, char **argv) {
     const int64_t n_in = number(argv[2], "N_IN"), n_out = number(argv[3], "N_OUT");
     const int columns = argc > 4 ? (int)number(argv[4], "COLUMNS") : 1;
     const size_t mib = argc > 5 ? (size_t)number(argv[5], "MIB") : 64;
-    const int64_t unit = type == GGML_TYPE_F16 ? 1 : ggml_blck_size(type) == kQK ? kQK : kQKK;
+    const int64_t unit = type == GGML_TYPE_F16 ? 1 : type == GGML_TYPE_BF16 ? 2 : ggml_blck_size(type) == kQK ? kQK : kQKK;
     if (n_in <= 0 || n_in % unit || n_out <= 0 || n_out % kRows) {
         usage(("N_IN must be a multiple of " + std::to_string(unit) + " and N_OUT of " + std::to_string(kRows)).c_str());
     }
@@ -196,6 +195,7 @@ int main(int argc, char **argv) {
     const ggml_type form = packed_input_type(type);
     const size_t x_stride = form == GGML_TYPE_Q8_0 || form == GGML_TYPE_Q8_1 ? n_in / kQK * kColBlock
                             : form == GGML_TYPE_Q8_K ? n_in / kQKK * kKColBlock
+                            : form == GGML_TYPE_BF16 ? n_in * sizeof(uint16_t)
                                                      : n_in * sizeof(float);
     std::vector<uint8_t> x(x_stride * columns);
     for (int c = 0; c < columns; ++c) k->prepare(form, xf.data(), n_in, x.data() + c * x_stride);
