@@ -8,7 +8,8 @@
 // to Q5_1 and IQ4_NL decode their quants into that layout once per row group;
 // the K-quants fold their integer sub-block scales into a staged copy of the
 // weights (below). Every product's exact int32 sums then take the same float
-// steps as the AVX-512 tiles, so the results are theirs, bit for bit.
+// steps as the AVX-512 tiles, so the results are theirs, bit for bit (BF16's
+// and F16's float tiles: theirs up to the order of float sums).
 //
 // Tiles are configured per thread. ggml's own AMX kernels (its buffer type,
 // which still holds matrices of other types) configure a thread once and
