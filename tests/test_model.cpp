@@ -653,7 +653,8 @@ TEST(Model, HugePagesChangeNoLogits) {
 // A short run (toy run -n below kShortRunTokens) keeps 4 KiB pages under
 // auto on a VM that hands free memory back to its host, where loading onto
 // huge pages costs more than their faster decoding wins back; elsewhere, and
-// for on and off, the run's length changes nothing. A server takes them.
+// for on and off, the run's length changes nothing. A server and a long run
+// (kLongRunTokens or more) take them without the probe.
 TEST(Model, HugePagesAutoKeepsSmallPagesForShortRunsOnReportingVms) {
     EXPECT_TRUE(want_huge_pages(HugePages::On, 1));
     EXPECT_FALSE(want_huge_pages(HugePages::Off, 1000));
@@ -661,9 +662,11 @@ TEST(Model, HugePagesAutoKeepsSmallPagesForShortRunsOnReportingVms) {
     EXPECT_EQ(want_huge_pages(HugePages::Auto, kShortRunTokens), long_run);
     EXPECT_EQ(want_huge_pages(HugePages::Auto, 1), free_pages_go_to_host() ? false : long_run);
     EXPECT_EQ(want_huge_pages(HugePages::Auto, 0), want_huge_pages(HugePages::Auto, kShortRunTokens - 1));
-    // a server loads once: huge pages without the probe, unless turned off
+    // a server loads once: huge pages without the probe, unless turned off; a long run too
     EXPECT_TRUE(want_huge_pages(HugePages::Auto, kServingTokens));
     EXPECT_FALSE(want_huge_pages(HugePages::Off, kServingTokens));
+    EXPECT_TRUE(want_huge_pages(HugePages::Auto, kLongRunTokens));
+    EXPECT_EQ(want_huge_pages(HugePages::Auto, kLongRunTokens - 1), long_run);
 }
 
 // The probe behind --hugepages auto on VMs that report free pages maps,

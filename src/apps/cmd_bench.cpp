@@ -493,8 +493,14 @@ int run_bench(const BenchOptions &o, bool prompt_given) {
         pgs.emplace_back(v[0], v[1]);
     }
 
+    // what the timed runs decode at least (one instance, one depth), as toy
+    // run's -n tells --hugepages auto (LoadOptions::decode_tokens); prompts
+    // alone leave it to the probe, as before
+    int64_t decoded = 0;
+    for (int n : tgs) decoded += n;
+    for (const auto &pg : pgs) decoded += pg.second;
     auto t_load0 = Clock::now();
-    auto model = o.model.load();
+    auto model = o.model.load(decoded > 0 ? decoded * o.reps : -1);
     const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load0).count();
     const ModelInfo info = describe(*model);
     const auto placement = model->placement();

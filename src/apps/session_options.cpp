@@ -137,10 +137,11 @@ void ModelFlags::add_to(CLI::App &app, bool with_trace) {
                  "pass over the files)");
     app.add_option("--hugepages", hugepages,
                    fmt::format("transparent huge pages for copied weights, with the matrices that would stay mapped copied "
-                               "onto them too: on, off, auto (on for toy serve, which loads once; elsewhere on, unless a VM "
-                               "hands free memory back to its host and either a probe finds 2 MiB pages fault in slower than "
-                               "4 KiB ones or the command decodes fewer than {} tokens: toy run -n, toy logits)",
-                               kShortRunTokens));
+                               "onto them too: on, off, auto (on for toy serve, which loads once, and for a command that "
+                               "decodes {} tokens or more: toy run -n, toy bench -n x -r; elsewhere on, unless a VM hands free "
+                               "memory back to its host and either a probe finds 2 MiB pages fault in slower than 4 KiB ones "
+                               "or the command decodes fewer than {} tokens: toy run -n, toy logits)",
+                               kLongRunTokens, kShortRunTokens));
     app.add_option("--pack-cache", pack_cache,
                    "keep the matrices packed for toy's CPU kernels in this directory (one file per model and "
                    "options, about the model's size) and map them from there on later loads: no packing, "

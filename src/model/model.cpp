@@ -644,7 +644,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &o
 
 bool want_huge_pages(HugePages mode, int64_t decode_tokens) {
     if (mode != HugePages::Auto) return mode == HugePages::On;
-    if (decode_tokens == kServingTokens) return true;
+    if (decode_tokens >= kLongRunTokens) return true;  // a server's (kServingTokens) too
     static const bool host_takes_free = free_pages_go_to_host();
     if (host_takes_free && decode_tokens >= 0 && decode_tokens < kShortRunTokens) return false;
     static const bool cheap = !host_takes_free || huge_pages_fault_in_cheaply();

@@ -64,7 +64,8 @@ struct LoadOptions {
     // huge pages cost more at load than they save (Llama-3.2-1B Q4_K_M on
     // an AMX Xeon VM: a load of 1.4-1.7 s against 0.5-0.6 s, which their
     // faster decoding, 32 against 24 t/s, wins back only after 80-105
-    // tokens; BENCHMARKS.md). kServingTokens: a server's, always long.
+    // tokens; BENCHMARKS.md), and takes huge pages without the probe for a
+    // run of kLongRunTokens or more. kServingTokens: a server's, always long.
     int64_t decode_tokens = -1;
     // A directory that keeps the matrices packed for toy's kernels between
     // loads (model/pack_cache.h): empty for none. The first load packs and
@@ -92,6 +93,14 @@ void check_tensor_values(const gguf::File &f, int n_threads = 0);
 
 // A run that decodes fewer tokens than this is short (LoadOptions::decode_tokens).
 constexpr int64_t kShortRunTokens = 64;
+// A run that decodes at least this many is long: auto takes huge pages
+// whatever the probe says. The probe answers for the load alone, and on the
+// one kind of VM where it has answered no (the AMX Xeon's, differently from
+// one process to the next) the slower load (0.3-1.1 s more for Llama-3.2-1B
+// Q4_K_M) was won back by the faster decoding (33-34 against 23-24 t/s)
+// after 25-105 tokens; where loads ran slowest on huge pages (5.6-6.9 ms per
+// 2 MiB on the Zen 3 VM) the probe had answered yes all the same.
+constexpr int64_t kLongRunTokens = 256;
 // LoadOptions::decode_tokens of a process that loads once and then decodes
 // for as long as it runs (toy serve): auto takes huge pages without the
 // probe. Their load cost is paid once, and decoding on them was never slower:
