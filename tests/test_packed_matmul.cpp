@@ -48,7 +48,9 @@ TEST_P(PackedMatmulOf, EqualsGgmlsMatmulForEveryTiling) {
         if (!native.ok() || !graph::packed_matmul_supports(type, shape, 2)) GTEST_SKIP() << "no packed BF16 on this CPU";
     }
     // the amx set has AMX tiles for every type's prompts (F16's and BF16's with AMX-BF16, which every AMX CPU has)
-    if (set == "amx") EXPECT_TRUE(graph::packed_wide_tiles(type));
+    if (set == "amx") {
+        EXPECT_TRUE(graph::packed_wide_tiles(type));
+    }
     std::mt19937 rng(11);
     std::normal_distribution<float> g(0.0f, 1.0f);
     for (const Case &k : std::vector<Case>{{32, 16, 1, false},
